@@ -1,0 +1,244 @@
+"""LocalWorkspace: a temp dir on the host, `research-<mode>-*` under $TMPDIR.
+
+Containment is a security boundary here, not a convenience: every path is
+resolved against the root *after* following symlinks, and files are opened
+without following a final symlink and re-checked through /proc after opening,
+so a link swapped in between the check and the open still cannot escape.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from dispatcher.errors import ToolInputError, WorkspaceError
+from sandbox.environment import scrubbed_environment
+from sandbox.workspace import Command, CommandResult, Entry, ReadResult, Workspace
+
+# Tools get no home directory of their own: nothing there to read or to write.
+TOOL_HOME = "/nonexistent"
+MAX_STDERR_BYTES = 64_000
+_READ_CHUNK_BYTES = 65_536
+
+
+class LocalWorkspace(Workspace):
+    def __init__(self, mode: str, root: Path) -> None:
+        self.mode = mode
+        self.host_dir = root
+        self._root = os.path.realpath(root)
+        self._processes: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def open(cls, mode: str) -> "LocalWorkspace":
+        try:
+            root = tempfile.mkdtemp(prefix=f"research-{mode}-")
+        except OSError as exc:
+            raise WorkspaceError(f"cannot create a workspace under {tempfile.gettempdir()}: {exc.strerror}") from exc
+        return cls(mode, Path(root))
+
+    # -- paths ---------------------------------------------------------------
+    def resolve(self, path: str) -> str:
+        return os.path.relpath(self._real(path), self._root)
+
+    def _real(self, path: str) -> str:
+        """The host path `path` designates, after symlinks, proven to be inside."""
+        if not isinstance(path, str):
+            raise ToolInputError("path must be a string")
+        if "\x00" in path:
+            raise ToolInputError("path contains a NUL byte")
+        if os.path.isabs(path):
+            raise ToolInputError(f"{path!r} is absolute; use a path relative to the workspace root")
+        real = os.path.realpath(os.path.join(self._root, path or "."))
+        self._check_inside(real, path)
+        return real
+
+    def _check_inside(self, real: str, shown: str) -> None:
+        # Compare whole path components: "<root>2" must not pass as inside "<root>".
+        if real != self._root and not real.startswith(self._root + os.sep):
+            raise ToolInputError(f"{shown!r} is outside the workspace")
+
+    def _relative(self, real: str) -> str:
+        return os.path.relpath(real, self._root).replace(os.sep, "/")
+
+    # -- files ---------------------------------------------------------------
+    def read_bytes(self, path: str, max_bytes: int, offset: int = 0) -> ReadResult:
+        real = self._real(path)
+        try:
+            # O_NONBLOCK: a FIFO planted in the tree must not hang the read.
+            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise ToolInputError(f"{path!r} does not exist") from None
+        except OSError as exc:
+            raise ToolInputError(f"cannot read {path!r}: {exc.strerror}") from None
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise ToolInputError(f"{path!r} is a directory; use ls to list it")
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolInputError(f"{path!r} is not a regular file")
+            # The file actually opened, whatever happened to the path meanwhile.
+            self._check_inside(os.readlink(f"/proc/self/fd/{fd}"), path)
+            data = os.pread(fd, max_bytes, offset) if max_bytes > 0 else b""
+        finally:
+            os.close(fd)
+        return ReadResult(data=data, size=info.st_size, truncated=offset + len(data) < info.st_size)
+
+    def list_dir(self, path: str = ".") -> list[Entry]:
+        real = self._real(path)
+        if not os.path.isdir(real):
+            what = "does not exist" if not os.path.lexists(real) else "is not a directory"
+            raise ToolInputError(f"{path!r} {what}")
+        try:
+            with os.scandir(real) as entries:
+                return sorted((self._entry(e) for e in entries), key=lambda e: e.path)
+        except OSError as exc:
+            raise ToolInputError(f"cannot list {path!r}: {exc.strerror}") from None
+
+    def walk(self, path: str = ".") -> Iterator[Entry]:
+        real = self._real(path)
+        if not os.path.isdir(real):
+            raise ToolInputError(f"{path!r} is not a directory")
+        stack = [real]
+        while stack:
+            directory = stack.pop()
+            try:
+                with os.scandir(directory) as listing:
+                    entries = sorted(listing, key=lambda e: e.name)
+            except OSError:
+                continue  # unreadable directory: skip it, as find(1) would
+            subdirectories = []
+            for dir_entry in entries:
+                entry = self._entry(dir_entry)
+                if entry.kind == "dir" and dir_entry.name == ".git":
+                    continue
+                yield entry
+                if entry.kind == "dir":
+                    subdirectories.append(dir_entry.path)
+            stack.extend(reversed(subdirectories))
+
+    def _entry(self, dir_entry: os.DirEntry) -> Entry:
+        info = dir_entry.stat(follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            kind = "symlink"
+        elif stat.S_ISDIR(info.st_mode):
+            kind = "dir"
+        elif stat.S_ISREG(info.st_mode):
+            kind = "file"
+        else:
+            kind = "other"
+        return Entry(path=self._relative(dir_entry.path), kind=kind, size=info.st_size if kind == "file" else 0)
+
+    def write_bytes(self, path: str, data: bytes) -> str:
+        real = self._real(path)
+        parent = os.path.dirname(real)
+        os.makedirs(parent, exist_ok=True)
+        self._check_inside(os.path.realpath(parent), path)
+        fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return self._relative(real)
+
+    # -- programs ------------------------------------------------------------
+    def run(self, command: Command) -> CommandResult:
+        cwd = self._real(command.cwd)
+        env = scrubbed_environment(home=TOOL_HOME, extra=command.env)
+        executable = shutil.which(command.argv[0], path=env["PATH"])
+        if executable is None:
+            raise WorkspaceError(f"{command.argv[0]} is not installed or not on PATH")
+        try:
+            process = subprocess.Popen(
+                [executable, *command.argv[1:]],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                # Its own process group, so a timeout kills everything it spawned.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise WorkspaceError(f"cannot run {command.argv[0]}: {exc.strerror}") from exc
+        with self._lock:
+            self._processes.add(process)
+        try:
+            return _collect(process, command)
+        finally:
+            with self._lock:
+                self._processes.discard(process)
+
+    # -- lifetime ------------------------------------------------------------
+    def close(self, keep: bool = False) -> None:
+        with self._lock:
+            processes, self._processes = list(self._processes), set()
+            already_closed, self._closed = self._closed, True
+        for process in processes:
+            _kill_group(process)
+        if keep or already_closed:
+            return
+        shutil.rmtree(self._root, ignore_errors=True)
+        if os.path.exists(self._root):
+            raise WorkspaceError(f"could not remove the workspace at {self._root}")
+
+
+def _collect(process: subprocess.Popen, command: Command) -> CommandResult:
+    """Wait for `process`, keeping at most the capped output, killing it at the timeout."""
+    stdout = _CappedReader(process.stdout, command.max_output_bytes)
+    stderr = _CappedReader(process.stderr, MAX_STDERR_BYTES)
+    timed_out = False
+    try:
+        process.wait(timeout=command.timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(process)
+        process.wait()
+    stdout.join()
+    stderr.join()
+    return CommandResult(
+        exit_code=process.returncode,
+        stdout=stdout.data(),
+        stderr=stderr.data(),
+        timed_out=timed_out,
+        truncated=stdout.overflowed,
+    )
+
+
+class _CappedReader(threading.Thread):
+    """Drains a pipe, keeping the first `cap` bytes and discarding the rest."""
+
+    def __init__(self, pipe, cap: int) -> None:
+        super().__init__(daemon=True)
+        self._pipe, self._cap = pipe, cap
+        self._chunks: list[bytes] = []
+        self._kept = 0
+        self.overflowed = False
+        self.start()
+
+    def run(self) -> None:
+        with self._pipe:
+            while chunk := self._pipe.read1(_READ_CHUNK_BYTES):
+                room = self._cap - self._kept
+                if len(chunk) > room:
+                    self.overflowed = True
+                    chunk = chunk[: max(room, 0)]
+                if chunk:
+                    self._chunks.append(chunk)
+                    self._kept += len(chunk)
+
+    def data(self) -> bytes:
+        return b"".join(self._chunks)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
