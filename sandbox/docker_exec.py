@@ -1,0 +1,195 @@
+"""One `docker exec` of an argv, read with a deadline and capped output.
+
+The SDK's own stream reader polls without a timeout, so a process that leaves
+a grandchild holding stdout open would hang the caller for ever; and its raw
+socket skips whatever the HTTP layer had already buffered past the upgrade
+response (over TCP the first frames often arrive in the same packet). So we
+start the exec ourselves, as `APIClient.exec_start` does, and read the
+multiplexed frames from the response's buffered reader, with a deadline on
+every receive, keeping only the first bytes of each stream.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from dispatcher.errors import SandboxError
+from sandbox.docker_engine import reason, translated
+
+# Beyond the in-container `timeout`: time for the engine to report the kill.
+EXEC_GRACE_S = 5.0
+# Once the output has ended, how long the engine may take to publish the exit code.
+EXIT_CODE_WAIT_S = 5.0
+_EXIT_CODE_POLL_S = 0.005
+_RECV_BYTES = 65_536
+_FRAME_HEADER = struct.Struct(">BxxxL")
+_STDOUT, _STDERR = 1, 2
+
+
+@attrs.frozen
+class ExecOutcome:
+    exit_code: int | None  # None when the deadline passed before the process ended
+    stdout: bytes
+    stderr: bytes
+    stdout_overflowed: bool
+    deadline_passed: bool
+    elapsed_s: float
+
+
+def exec_argv(
+    api,
+    container_id: str,
+    argv: Sequence[str],
+    *,
+    user: str,
+    workdir: str,
+    environment: Mapping[str, str],
+    deadline_s: float,
+    max_stdout_bytes: int,
+    max_stderr_bytes: int,
+    want_exit_code: bool = True,
+) -> ExecOutcome:
+    """Run `argv` in the container and collect what it leaves behind.
+
+    Without `want_exit_code` the exit code is not asked for (one API call
+    less) and reported as None.
+
+    Raises SandboxError only when the engine cannot run it at all (the
+    container is gone, the engine is unreachable).
+    """
+    started = time.monotonic()
+    with translated("run a command in the sandbox container"):
+        exec_id = api.exec_create(
+            container_id, list(argv), stdout=True, stderr=True, stdin=False, tty=False,
+            user=user, workdir=workdir, environment=dict(environment),
+        )["Id"]
+        response = _start(api, exec_id)
+    frames = _Frames(response, deadline=started + deadline_s)
+    stdout = _Capped(max_stdout_bytes)
+    stderr = _Capped(max_stderr_bytes)
+    try:
+        for kind, data in frames:
+            (stderr if kind == _STDERR else stdout).add(data)
+    except OSError as exc:
+        raise SandboxError(f"lost the connection to the sandbox container: {reason(exc)}") from exc
+    finally:
+        try:
+            response.close()
+        except (OSError, ValueError):
+            pass  # already closed by the engine hanging up
+    exit_code = _exit_code(api, exec_id) if want_exit_code and not frames.deadline_passed else None
+    return ExecOutcome(
+        exit_code=exit_code,
+        stdout=stdout.data(),
+        stderr=stderr.data(),
+        stdout_overflowed=stdout.overflowed,
+        deadline_passed=frames.deadline_passed,
+        elapsed_s=time.monotonic() - started,
+    )
+
+
+def _start(api, exec_id: str):
+    """POST /exec/{id}/start, upgraded to a raw stream, as the SDK's exec_start does."""
+    response = api._post_json(
+        api._url("/exec/{0}/start", exec_id),
+        headers={"Connection": "Upgrade", "Upgrade": "tcp"},
+        data={"Tty": False, "Detach": False},
+        stream=True,
+    )
+    api._raise_for_status(response)
+    return response
+
+
+class _Frames:
+    """Iterates (stream, bytes) frames of a non-tty exec until EOF or the deadline."""
+
+    def __init__(self, response, deadline: float) -> None:
+        # The buffered reader holds any bytes read past the HTTP headers.
+        self._reader = response.raw._fp.fp
+        raw = getattr(self._reader, "raw", self._reader)
+        # The object whose timeout bounds a receive: the socket under a SocketIO,
+        # or the SSL socket or SSH channel itself.
+        self._timed = getattr(raw, "_sock", raw)
+        self._deadline = deadline
+        self._buffer = b""
+        self.deadline_passed = False
+
+    def __iter__(self):
+        while True:
+            header = self._read_exactly(_FRAME_HEADER.size)
+            if header is None:
+                return
+            kind, size = _FRAME_HEADER.unpack(header)
+            while size > 0:
+                chunk = self._read_some(min(size, _RECV_BYTES))
+                if chunk is None:
+                    return
+                size -= len(chunk)
+                yield kind, chunk
+
+    def _read_exactly(self, count: int) -> bytes | None:
+        data = b""
+        while len(data) < count:
+            chunk = self._read_some(count - len(data))
+            if chunk is None:
+                return None
+            data += chunk
+        return data
+
+    def _read_some(self, limit: int) -> bytes | None:
+        """Up to `limit` bytes; None at EOF or when the deadline has passed."""
+        if self._buffer:
+            chunk, self._buffer = self._buffer[:limit], self._buffer[limit:]
+            return chunk
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            self.deadline_passed = True
+            return None
+        self._timed.settimeout(remaining)
+        try:
+            data = self._reader.read1(_RECV_BYTES)
+        except (socket.timeout, TimeoutError):
+            self.deadline_passed = True
+            return None
+        if not data:
+            return None
+        self._buffer = data[limit:]
+        return data[:limit]
+
+
+class _Capped:
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._chunks: list[bytes] = []
+        self._kept = 0
+        self.overflowed = False
+
+    def add(self, chunk: bytes) -> None:
+        room = self._cap - self._kept
+        if len(chunk) > room:
+            self.overflowed = True
+            chunk = chunk[: max(room, 0)]
+        if chunk:
+            self._chunks.append(chunk)
+            self._kept += len(chunk)
+
+    def data(self) -> bytes:
+        return b"".join(self._chunks)
+
+
+def _exit_code(api, exec_id: str) -> int | None:
+    # The stream can end a moment before the engine records the exit code.
+    give_up = time.monotonic() + EXIT_CODE_WAIT_S
+    with translated("read a sandbox command's exit code"):
+        while True:
+            info = api.exec_inspect(exec_id)
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            if time.monotonic() >= give_up:
+                return None
+            time.sleep(_EXIT_CODE_POLL_S)

@@ -1,0 +1,156 @@
+"""Fixtures for tests that need a real Docker engine and the sandbox image.
+
+`docker_engine` is the one gate: with RESEARCH_REQUIRE_DOCKER=1 (CI) a missing
+engine or image FAILS the test; elsewhere the test is skipped with the reason.
+Tests that use it are marked `@pytest.mark.docker`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from config.schema import SandboxSettings
+from dispatcher.errors import SandboxError
+
+REQUIRE_DOCKER_VARIABLE = "RESEARCH_REQUIRE_DOCKER"
+# Small limits, so the limit tests hit them quickly.
+TEST_MEMORY = "192m"
+TEST_PIDS_LIMIT = 64
+TEST_EXEC_TIMEOUT_S = 30
+
+
+def docker_unavailable(reason: str):
+    """Fail (CI) or skip (a laptop without Docker) with `reason`."""
+    if os.environ.get(REQUIRE_DOCKER_VARIABLE) == "1":
+        pytest.fail(f"{REQUIRE_DOCKER_VARIABLE}=1 but there is no usable Docker engine: {reason}", pytrace=False)
+    pytest.skip(f"no Docker engine: {reason}")
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    """A DockerClient on a reachable engine that has the sandbox image."""
+    from sandbox.docker_engine import connect, image_name, require_image
+
+    try:
+        client = connect()
+    except SandboxError as exc:
+        docker_unavailable(str(exc))
+    try:
+        require_image(client, image_name(SandboxSettings()))
+    except SandboxError as exc:
+        client.close()
+        docker_unavailable(str(exc))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def docker_settings(docker_engine) -> SandboxSettings:
+    return SandboxSettings(backend="docker", memory=TEST_MEMORY, pids_limit=TEST_PIDS_LIMIT,
+                           exec_timeout_s=TEST_EXEC_TIMEOUT_S)
+
+
+@pytest.fixture
+def docker_workspace(docker_settings):
+    """An open DockerWorkspace (bind-mounted), closed after the test."""
+    from sandbox.docker import DockerWorkspace
+
+    workspace = DockerWorkspace.open("repo", docker_settings)
+    yield workspace
+    workspace.close()
+
+
+@pytest.fixture
+def host_canary(tmp_path_factory):
+    """A file in the host's /tmp holding a secret no workspace method may ever return."""
+    path = Path(f"/tmp/canary-{secrets.token_hex(6)}")
+    secret = f"CANARY-{secrets.token_hex(16)}"
+    path.write_text(secret + "\n")
+    yield path, secret.encode()
+    path.unlink(missing_ok=True)
+
+
+def inspect(client, container_id: str) -> dict:
+    return client.api.inspect_container(container_id)
+
+
+@pytest.fixture
+def tcp_engine(docker_engine):
+    """The same engine reached over a loopback TCP socket: an environment with
+    DOCKER_HOST=tcp://127.0.0.1:<port>, as for a remote engine.
+
+    A forwarder to the engine's unix socket stands in for `dockerd -H tcp://...`,
+    so no unauthenticated TCP listener outlives the test.
+    """
+    from sandbox.docker_engine import engine_address
+
+    address = engine_address()
+    if not address.startswith("unix://"):
+        docker_unavailable(f"the loopback TCP test needs a unix-socket engine, not {address}")
+    forwarder = _Forwarder(address.removeprefix("unix://"))
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
+    environ["DOCKER_HOST"] = f"tcp://127.0.0.1:{forwarder.port}"
+    yield environ
+    forwarder.close()
+
+
+class _Forwarder:
+    """Accepts on 127.0.0.1:<ephemeral> and pipes each connection to a unix socket."""
+
+    def __init__(self, unix_path: str) -> None:
+        self._unix_path = unix_path
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # listener closed
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(self._unix_path)
+            _Pair(client, upstream)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+
+
+class _Pair:
+    """Two sockets piped both ways; each direction's end is passed on as a
+    half-close (an exec's output ends that way), and both close when both end."""
+
+    def __init__(self, left: socket.socket, right: socket.socket) -> None:
+        self._sockets = (left, right)
+        self._running = 2
+        self._lock = threading.Lock()
+        for source, sink in ((left, right), (right, left)):
+            threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65_536):
+                sink.sendall(data)
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            # A side hung up or reset: wake the other pump so the pair ends.
+            for sock in self._sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        with self._lock:
+            self._running -= 1
+            done = self._running == 0
+        if done:
+            for sock in self._sockets:
+                sock.close()

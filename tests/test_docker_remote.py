@@ -1,0 +1,86 @@
+"""A remote engine (DOCKER_HOST=tcp://...) gets the workspace copied in and out, never bind-mounted."""
+
+import os
+
+import pytest
+
+from sandbox.docker import DockerWorkspace
+from sandbox.workspace import Command
+from tests.support.docker_engine import (  # noqa: F401
+    docker_engine,
+    docker_settings,
+    host_canary,
+    inspect,
+    tcp_engine,
+)
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def remote_workspace(docker_settings, tcp_engine, host_canary):
+    canary, _ = host_canary
+    workspace = DockerWorkspace.open("repo", docker_settings, environ=tcp_engine)
+    root = workspace.host_dir
+    (root / "README.md").write_text("remote readme\n")
+    (root / "docs").mkdir()
+    (root / "docs" / "guide.md").write_text("guide\n")
+    os.symlink("README.md", root / "inside-link")
+    os.symlink(str(canary), root / "canary-link")
+    workspace.after_prepare()
+    yield workspace
+    workspace.close()
+
+
+def test_tcp_engine_gets_a_volume_not_a_bind_mount(remote_workspace, docker_engine):
+    """Over tcp:// the container's /workspace is a volume: no host path is mounted at all."""
+    mounts = inspect(docker_engine, remote_workspace.container_id)["Mounts"]
+    assert [(mount["Type"], mount["Destination"]) for mount in mounts] == [("volume", "/workspace")]
+    assert not inspect(docker_engine, remote_workspace.container_id)["HostConfig"]["Binds"]
+
+
+def test_copied_workspace_works_like_a_mounted_one(remote_workspace):
+    """Files, directories and inside links arrive; writes and commands work over the TCP engine."""
+    assert remote_workspace.read_bytes("inside-link", 100).data == b"remote readme\n"
+    assert [entry.path for entry in remote_workspace.list_dir("docs")] == ["docs/guide.md"]
+    assert remote_workspace.write_bytes("pages/one.md", b"page one") == "pages/one.md"
+    result = remote_workspace.run(Command(["cat", "pages/one.md", "docs/guide.md"]))
+    assert result.stdout == b"page oneguide\n"
+
+
+def test_copied_link_to_host_file_resolves_inside_the_container(remote_workspace, host_canary):
+    """A link at a host file is copied as a link and points into the container, where it is refused."""
+    _, secret = host_canary
+    with pytest.raises(Exception, match="outside the workspace"):
+        remote_workspace.read_bytes("canary-link", 1000)
+    result = remote_workspace.run(Command(["cat", "canary-link"]))
+    assert secret not in result.stdout + result.stderr
+
+
+def test_kept_remote_workspace_is_copied_back_without_links(docker_settings, tcp_engine, docker_engine):
+    """--no-cleanup copies the container's files back to the host directory, leaving links behind."""
+    workspace = DockerWorkspace.open("web", docker_settings, environ=tcp_engine)
+    workspace.after_prepare()
+    workspace.write_bytes("pages/a.md", b"fetched page")
+    workspace.run(Command(["ln", "-s", "/etc/passwd", "pages/link"]))
+    workspace.close(keep=True)
+    try:
+        assert (workspace.host_dir / "pages" / "a.md").read_bytes() == b"fetched page"
+        assert not os.path.lexists(workspace.host_dir / "pages" / "link")
+        message = workspace.kept_message()
+        assert str(workspace.host_dir) in message
+        assert f"DOCKER_HOST={tcp_engine['DOCKER_HOST']} docker exec -it" in message
+        assert "1 links or special files stayed in the container" in message
+    finally:
+        docker_engine.containers.get(workspace.container_id).remove(force=True, v=True)
+        import shutil
+
+        shutil.rmtree(workspace.host_dir)
+
+
+def test_remote_close_removes_container_and_volume(docker_settings, tcp_engine, docker_engine):
+    """Closing removes the container and its anonymous workspace volume."""
+    workspace = DockerWorkspace.open("repo", docker_settings, environ=tcp_engine)
+    volume = inspect(docker_engine, workspace.container_id)["Mounts"][0]["Name"]
+    workspace.close()
+    assert volume not in {v.name for v in docker_engine.volumes.list()}
