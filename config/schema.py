@@ -16,6 +16,7 @@ from attrs import validators as v
 DEFAULT_MODEL = "anthropic/claude-sonnet-4-5"
 DEFAULT_MAX_STEPS = 25
 SANDBOX_BACKENDS = ("local", "docker")
+SANDBOX_TRANSFERS = ("auto", "bind", "copy")
 SEARCH_PROVIDERS = ("duckduckgo", "searxng", "brave", "tavily", "exa", "kagi")
 
 
@@ -110,6 +111,9 @@ class SandboxSettings:
                                 metadata=_help("Size of the container's /tmp tmpfs."))
     exec_timeout_s: int = attrs.field(default=60, validator=_positive_int,
                                       metadata=_help("Seconds one tool command may run in the container."))
+    transfer: str = attrs.field(default="auto", validator=v.in_(SANDBOX_TRANSFERS),
+                                metadata=_help("auto, bind or copy: bind-mount the workspace (local engine) "
+                                               "or copy it in and out (remote DOCKER_HOST)."))
 
 
 @attrs.frozen
