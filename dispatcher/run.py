@@ -51,7 +51,7 @@ def run_research(
         user_message = mode.prepare(workspace, request, config, progress.status)
         workspace.after_prepare()
         tools = mode.tools(workspace, config, sources)
-        client = model_client.ModelClient(spec, on_retry=_retry_reporter(progress))
+        client = model_client.ModelClient(spec)
         result = run_agent(
             client,
             system_prompt=mode.system_prompt(),
@@ -82,9 +82,3 @@ def run_research(
         list_sources=getattr(mode, "lists_sources", False),
     )
 
-
-def _retry_reporter(progress: Progress):
-    def report(attempt: int, delay_s: float, reason: str) -> None:
-        progress.status(f"model call failed ({reason}); retry {attempt} in {delay_s:.1f} s")
-
-    return report
