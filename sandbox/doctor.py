@@ -55,15 +55,29 @@ def _docker(config, environ: Mapping[str, str]) -> list[str]:
 
 
 def _model(config, environ: Mapping[str, str]) -> str:
-    name = config.defaults.model
-    try:
-        from config.models import resolve_model
-    except ImportError:
-        return f"model: {name} (its key cannot be checked by this version)"
+    from config.models import mode_model_name, resolve_model
+
+    name = mode_model_name(config, "repo")
     try:
         spec = resolve_model(name, config, environ)
     except ResearchError as exc:
         return f"model: {name}: {exc}"
     # Never print the key itself, only whether there is one.
-    key = "key found" if spec.api_key else "no API key set (fine for a local endpoint)"
-    return f"model: {name} -> {spec.litellm_model}, {key}"
+    if spec.api_key:
+        return f"model: {name} -> {spec.litellm_model}, key found (from the configuration)"
+    missing = _missing_provider_variables(spec)
+    if missing:
+        return (f"model: {name} -> {spec.litellm_model}, no key: set {' or '.join(missing)} "
+                f"or api_key in [models.<alias>]")
+    return f"model: {name} -> {spec.litellm_model}, key found (from the environment)"
+
+
+def _missing_provider_variables(spec) -> list[str]:
+    """The environment variables litellm wants for this provider and does not find."""
+    from dispatcher.model import load_litellm
+
+    litellm = load_litellm()
+    try:
+        return list(litellm.validate_environment(spec.litellm_model, api_base=spec.api_base)["missing_keys"])
+    except Exception:  # litellm does not know the provider: nothing to check, the call will tell
+        return []
