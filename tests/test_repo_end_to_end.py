@@ -348,3 +348,63 @@ def test_help_does_not_import_litellm():
     )
     out = subprocess.run([os.sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False False False"
+
+
+# -- the Docker sandbox under signals ------------------------------------------------------------
+
+
+def _containers_of(pid: int) -> list:
+    import docker
+
+    client = docker.from_env()
+    try:
+        return client.containers.list(all=True, filters={"label": f"research.pid={pid}"})
+    finally:
+        client.close()
+
+
+@pytest.mark.docker
+def test_sigint_removes_the_container_and_sigkill_leftovers_are_pruned(docker_engine, source_repo,  # noqa: F811
+                                                                       scripted_model, run_env):
+    """Ctrl-C mid-run removes the run's container; after SIGKILL, `research sandbox prune` removes what was left."""
+    scripted_model.add(tool_calls(("ls", {})), delay(60, answer("too late")),
+                       tool_calls(("ls", {})), delay(60, answer("too late")))
+    interrupted = start_research("repo", str(source_repo.path), "q", "--sandbox", "docker", env=run_env)
+    try:
+        _wait_for(lambda: len(scripted_model.requests) >= 2, "the second model call")
+        assert len(_containers_of(interrupted.pid)) == 1
+        interrupted.send_signal(signal.SIGINT)
+        interrupted.wait(timeout=SIGNAL_WAIT_S)
+    finally:
+        if interrupted.poll() is None:
+            interrupted.kill()
+    assert interrupted.returncode == 130
+    assert _containers_of(interrupted.pid) == []
+
+    killed = start_research("repo", str(source_repo.path), "q", "--sandbox", "docker", env=run_env)
+    try:
+        _wait_for(lambda: len(scripted_model.requests) >= 4, "the killed run's second model call")
+        killed.kill()
+        killed.wait(timeout=SIGNAL_WAIT_S)
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+    assert len(_containers_of(killed.pid)) == 1  # SIGKILL leaves no chance to clean up
+    pruned = research("sandbox", "prune", env=run_env)
+    assert pruned.exit_code == 0, pruned.stderr
+    assert _containers_of(killed.pid) == []
+    for workspace in leftover_workspaces(_tmpdir(run_env)):
+        __import__("shutil").rmtree(workspace, ignore_errors=True)
+
+
+@pytest.mark.docker
+def test_no_cleanup_in_docker_prints_the_exec_line(docker_engine, source_repo, scripted_model, run_env):  # noqa: F811
+    """--no-cleanup with --sandbox docker keeps the container and says how to get a shell in it."""
+    scripted_model.add(answer("Kept."))
+    result = research("repo", str(source_repo.path), "q", "--sandbox", "docker", "--no-cleanup", "--json",
+                      env=run_env)
+    assert result.exit_code == 0, result.stderr
+    assert "docker exec -it " in result.stderr and " sh" in result.stderr
+    kept = Path(json.loads(result.stdout)["workspace"])
+    assert (kept / "src" / "app.py").exists()
+    assert research("sandbox", "prune", env=run_env).exit_code == 0
