@@ -47,7 +47,7 @@ from sandbox.docker_engine import (
 )
 from sandbox.docker_exec import EXEC_GRACE_S, ExecOutcome, exec_argv
 from sandbox.environment import scrubbed_environment
-from sandbox.workspace import Command, CommandResult, Entry, ReadResult, Workspace
+from sandbox.workspace import Command, CommandResult, Entry, ReadResult, Workspace, check_path_syntax
 
 MAX_STDERR_BYTES = 64_000
 # A walk of a huge tree stops listing here (about a million entries).
@@ -171,14 +171,14 @@ class DockerWorkspace(Workspace):
 
     # -- paths ---------------------------------------------------------------
     def resolve(self, path: str) -> str:
-        code, payload = self._helper("resolve", _checked(path))
+        code, payload = self._helper("resolve", check_path_syntax(path))
         if code is not None:
             raise _refusal(code, path, "resolve")
         return helper.relative(payload)
 
     # -- files ---------------------------------------------------------------
     def read_bytes(self, path: str, max_bytes: int, offset: int = 0) -> ReadResult:
-        checked = _checked(path)
+        checked = check_path_syntax(path)
         if offset < 0:
             raise ToolInputError("offset must not be negative")
         max_bytes = max(max_bytes, 0)
@@ -191,19 +191,19 @@ class DockerWorkspace(Workspace):
         return ReadResult(data=data, size=int(size), truncated=offset + len(data) < int(size))
 
     def list_dir(self, path: str = ".") -> list[Entry]:
-        code, payload = self._helper("list", _checked(path), max_stdout_bytes=MAX_LISTING_BYTES)
+        code, payload = self._helper("list", check_path_syntax(path), max_stdout_bytes=MAX_LISTING_BYTES)
         if code is not None:
             raise _refusal(code, path, "list")
         return sorted(_entries(payload), key=lambda entry: entry.path)
 
     def walk(self, path: str = ".") -> Iterator[Entry]:
-        code, payload = self._helper("walk", _checked(path), max_stdout_bytes=MAX_LISTING_BYTES)
+        code, payload = self._helper("walk", check_path_syntax(path), max_stdout_bytes=MAX_LISTING_BYTES)
         if code is not None:
             raise _refusal(code, path, "walk")
         yield from _depth_first(list(_raw_entries(payload)))
 
     def write_bytes(self, path: str, data: bytes) -> str:
-        code, payload = self._helper("parent", _checked(path))
+        code, payload = self._helper("parent", check_path_syntax(path))
         if code is not None:
             raise _refusal(code, path, "write")
         directory, _, name = os.fsdecode(payload).rpartition("/")
@@ -219,7 +219,7 @@ class DockerWorkspace(Workspace):
 
     # -- programs ------------------------------------------------------------
     def run(self, command: Command) -> CommandResult:
-        cwd = _checked(command.cwd)
+        cwd = check_path_syntax(command.cwd)
         program = command.argv[0]
         if any("\x00" in arg for arg in command.argv):
             raise WorkspaceError(f"cannot run {program}: an argument contains a NUL byte")
@@ -340,21 +340,6 @@ def _hand_over(root: Path, uid: int, gid: int) -> None:
     from sandbox.docker_transfer import hand_over
 
     hand_over(root, uid, gid)
-
-
-def _checked(path: str) -> str:
-    """The cheap refusals, made before anything reaches the container."""
-    if not isinstance(path, str):
-        raise ToolInputError("path must be a string")
-    if "\x00" in path:
-        raise ToolInputError("path contains a NUL byte")
-    if os.path.isabs(path):
-        raise ToolInputError(f"{path!r} is absolute; use a path relative to the workspace root")
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ToolInputError(f"{path!r} is not valid UTF-8") from None
-    return path or "."
 
 
 def _refusal(code: int, path: str, action: str) -> ToolInputError:

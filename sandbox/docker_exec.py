@@ -20,6 +20,7 @@ import attrs
 
 from dispatcher.errors import SandboxError
 from sandbox.docker_engine import reason, translated
+from sandbox.workspace import CappedBuffer
 
 # Beyond the in-container `timeout`: time for the engine to report the kill.
 EXEC_GRACE_S = 5.0
@@ -70,8 +71,8 @@ def exec_argv(
         )["Id"]
         response = _start(api, exec_id)
     frames = _Frames(response, deadline=started + deadline_s)
-    stdout = _Capped(max_stdout_bytes)
-    stderr = _Capped(max_stderr_bytes)
+    stdout = CappedBuffer(max_stdout_bytes)
+    stderr = CappedBuffer(max_stderr_bytes)
     try:
         for kind, data in frames:
             (stderr if kind == _STDERR else stdout).add(data)
@@ -160,26 +161,6 @@ class _Frames:
             return None
         self._buffer = data[limit:]
         return data[:limit]
-
-
-class _Capped:
-    def __init__(self, cap: int) -> None:
-        self._cap = cap
-        self._chunks: list[bytes] = []
-        self._kept = 0
-        self.overflowed = False
-
-    def add(self, chunk: bytes) -> None:
-        room = self._cap - self._kept
-        if len(chunk) > room:
-            self.overflowed = True
-            chunk = chunk[: max(room, 0)]
-        if chunk:
-            self._chunks.append(chunk)
-            self._kept += len(chunk)
-
-    def data(self) -> bytes:
-        return b"".join(self._chunks)
 
 
 def _exit_code(api, exec_id: str) -> int | None:

@@ -20,7 +20,15 @@ from pathlib import Path
 
 from dispatcher.errors import ToolInputError, WorkspaceError
 from sandbox.environment import scrubbed_environment
-from sandbox.workspace import Command, CommandResult, Entry, ReadResult, Workspace
+from sandbox.workspace import (
+    CappedBuffer,
+    Command,
+    CommandResult,
+    Entry,
+    ReadResult,
+    Workspace,
+    check_path_syntax,
+)
 
 # Tools get no home directory of their own: nothing there to read or to write.
 TOOL_HOME = "/nonexistent"
@@ -51,12 +59,7 @@ class LocalWorkspace(Workspace):
 
     def _real(self, path: str) -> str:
         """The host path `path` designates, after symlinks, proven to be inside."""
-        if not isinstance(path, str):
-            raise ToolInputError("path must be a string")
-        if "\x00" in path:
-            raise ToolInputError("path contains a NUL byte")
-        if os.path.isabs(path):
-            raise ToolInputError(f"{path!r} is absolute; use a path relative to the workspace root")
+        check_path_syntax(path)
         real = os.path.realpath(os.path.join(self._root, path or "."))
         self._check_inside(real, path)
         return real
@@ -212,29 +215,25 @@ def _collect(process: subprocess.Popen, command: Command) -> CommandResult:
 
 
 class _CappedReader(threading.Thread):
-    """Drains a pipe, keeping the first `cap` bytes and discarding the rest."""
+    """Drains a pipe into a CappedBuffer, so the process never blocks on a full pipe."""
 
     def __init__(self, pipe, cap: int) -> None:
         super().__init__(daemon=True)
-        self._pipe, self._cap = pipe, cap
-        self._chunks: list[bytes] = []
-        self._kept = 0
-        self.overflowed = False
+        self._pipe = pipe
+        self._buffer = CappedBuffer(cap)
         self.start()
 
     def run(self) -> None:
         with self._pipe:
             while chunk := self._pipe.read1(_READ_CHUNK_BYTES):
-                room = self._cap - self._kept
-                if len(chunk) > room:
-                    self.overflowed = True
-                    chunk = chunk[: max(room, 0)]
-                if chunk:
-                    self._chunks.append(chunk)
-                    self._kept += len(chunk)
+                self._buffer.add(chunk)
+
+    @property
+    def overflowed(self) -> bool:
+        return self._buffer.overflowed
 
     def data(self) -> bytes:
-        return b"".join(self._chunks)
+        return self._buffer.data()
 
 
 def _kill_group(process: subprocess.Popen) -> None:

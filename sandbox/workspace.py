@@ -12,11 +12,14 @@ leaves the workspace, directly or through a symlink, raises ToolInputError.
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
 import attrs
+
+from dispatcher.errors import ToolInputError
 
 # A command's stdout beyond this is dropped (and `truncated` set), so a tool
 # that prints without bound cannot exhaust memory.
@@ -26,6 +29,45 @@ DEFAULT_COMMAND_TIMEOUT_S = 30.0
 
 def _frozen_mapping(value: Mapping[str, str] | None) -> Mapping[str, str]:
     return MappingProxyType(dict(value or {}))
+
+
+def check_path_syntax(path: str) -> str:
+    """The refusals every backend makes before resolving: not a string, a NUL
+    byte, an absolute path, text that is not UTF-8. Returns the path ('.' for '')."""
+    if not isinstance(path, str):
+        raise ToolInputError("path must be a string")
+    if "\x00" in path:
+        raise ToolInputError("path contains a NUL byte")
+    if os.path.isabs(path):
+        raise ToolInputError(f"{path!r} is absolute; use a path relative to the workspace root")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolInputError(f"{path!r} is not valid UTF-8") from None
+    return path or "."
+
+
+class CappedBuffer:
+    """Keeps the first `cap` bytes written to it and counts the rest as overflow,
+    so a program that prints without bound cannot exhaust our memory."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._chunks: list[bytes] = []
+        self._kept = 0
+        self.overflowed = False
+
+    def add(self, chunk: bytes) -> None:
+        room = self._cap - self._kept
+        if len(chunk) > room:
+            self.overflowed = True
+            chunk = chunk[: max(room, 0)]
+        if chunk:
+            self._chunks.append(chunk)
+            self._kept += len(chunk)
+
+    def data(self) -> bytes:
+        return b"".join(self._chunks)
 
 
 @attrs.frozen

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import cli_environment, leftover_workspaces, research, start_research
-from tests.support.docker_engine import docker_engine  # noqa: F401
+from tests.support.docker_engine import docker_engine, sandbox  # noqa: F401
 from tests.support.git_repos import closed_port, git, git_daemon, source_repo  # noqa: F401
 from tests.support.scripted_model import (
     answer,
@@ -29,14 +30,6 @@ JSON_KEYS = {
     "steps", "tool_calls", "stopped", "workspace", "elapsed_s",
 }
 SIGNAL_WAIT_S = 30
-
-
-@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def sandbox(request) -> str:
-    """Run the test on each workspace backend; docker needs the engine (fails in CI if absent)."""
-    if request.param == "docker":
-        request.getfixturevalue("docker_engine")
-    return request.param
 
 
 @pytest.fixture
@@ -215,15 +208,8 @@ def test_interrupt_mid_run_exits_and_removes_the_workspace(source_repo, scripted
     """SIGINT (or SIGTERM) while the model is thinking exits 130 (143) and leaves no workspace."""
     scripted_model.add(tool_calls(("ls", {})), delay(60, answer("too late")))
     process = start_research("repo", str(source_repo.path), "q", env=run_env)
-    try:
-        _wait_for(lambda: len(scripted_model.requests) >= 2, "the second model call")
-        assert len(leftover_workspaces(_tmpdir(run_env))) == 1
-        process.send_signal(signum)
-        process.wait(timeout=SIGNAL_WAIT_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == code
+    thinking = lambda: len(scripted_model.requests) >= 2 and len(leftover_workspaces(_tmpdir(run_env))) == 1  # noqa: E731
+    assert _signal_when(process, thinking, "the second model call, workspace in place", signum) == code
     assert leftover_workspaces(_tmpdir(run_env)) == []
     assert "interrupted" in process.stderr.read() or code == 143
 
@@ -231,14 +217,7 @@ def test_interrupt_mid_run_exits_and_removes_the_workspace(source_repo, scripted
 def test_interrupt_during_clone_leaves_nothing(tmp_path, silent_server_url, run_env):
     """Ctrl-C while the clone hangs exits 130 and removes the half-made workspace."""
     process = start_research("repo", silent_server_url, "q", env=run_env)
-    try:
-        _wait_for(lambda: leftover_workspaces(_tmpdir(run_env)), "the workspace")
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=SIGNAL_WAIT_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 130
+    assert _signal_when(process, lambda: leftover_workspaces(_tmpdir(run_env)), "the workspace", signal.SIGINT) == 130
     assert leftover_workspaces(_tmpdir(run_env)) == []
 
 
@@ -322,6 +301,17 @@ def test_hostile_tool_calls_leak_no_canary_byte_and_write_nothing_outside(hostil
     assert sorted(p.name for p in tmpdir.iterdir()) == tmp_before
 
 
+def _signal_when(process: subprocess.Popen, condition, what: str, signum: int) -> int:
+    """Wait for `condition`, send `signum` to the CLI, and return its exit code."""
+    try:
+        _wait_for(condition, what)
+        process.send_signal(signum)
+        return process.wait(timeout=SIGNAL_WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
 def _wait_for(condition, what: str, timeout_s: float = SIGNAL_WAIT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -370,31 +360,19 @@ def test_sigint_removes_the_container_and_sigkill_leftovers_are_pruned(docker_en
     scripted_model.add(tool_calls(("ls", {})), delay(60, answer("too late")),
                        tool_calls(("ls", {})), delay(60, answer("too late")))
     interrupted = start_research("repo", str(source_repo.path), "q", "--sandbox", "docker", env=run_env)
-    try:
-        _wait_for(lambda: len(scripted_model.requests) >= 2, "the second model call")
-        assert len(_containers_of(interrupted.pid)) == 1
-        interrupted.send_signal(signal.SIGINT)
-        interrupted.wait(timeout=SIGNAL_WAIT_S)
-    finally:
-        if interrupted.poll() is None:
-            interrupted.kill()
-    assert interrupted.returncode == 130
+    running = lambda: len(scripted_model.requests) >= 2 and len(_containers_of(interrupted.pid)) == 1  # noqa: E731
+    assert _signal_when(interrupted, running, "the second model call, container up", signal.SIGINT) == 130
     assert _containers_of(interrupted.pid) == []
 
     killed = start_research("repo", str(source_repo.path), "q", "--sandbox", "docker", env=run_env)
-    try:
-        _wait_for(lambda: len(scripted_model.requests) >= 4, "the killed run's second model call")
-        killed.kill()
-        killed.wait(timeout=SIGNAL_WAIT_S)
-    finally:
-        if killed.poll() is None:
-            killed.kill()
+    _signal_when(killed, lambda: len(scripted_model.requests) >= 4, "the killed run's second model call",
+                 signal.SIGKILL)
     assert len(_containers_of(killed.pid)) == 1  # SIGKILL leaves no chance to clean up
     pruned = research("sandbox", "prune", env=run_env)
     assert pruned.exit_code == 0, pruned.stderr
     assert _containers_of(killed.pid) == []
     for workspace in leftover_workspaces(_tmpdir(run_env)):
-        __import__("shutil").rmtree(workspace, ignore_errors=True)
+        shutil.rmtree(workspace, ignore_errors=True)
 
 
 @pytest.mark.docker

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 
 import pytest
 import tomli_w
 
 from tests.support.cli import cli_environment, leftover_workspaces, research
-from tests.support.docker_engine import docker_engine  # noqa: F401
+from tests.support.docker_engine import docker_engine, sandbox  # noqa: F401
 from tests.support.scripted_model import answer, scripted_model, tool_calls, write_model_config  # noqa: F401
 from tests.support.search_fakes import search_fake, searxng_body  # noqa: F401
 from tests.support.web_server import WebServer, internal_server  # noqa: F401
@@ -25,14 +26,6 @@ so that a widget from one maker would fit a machine from another. That standard 
 <p>Collectors now trade early widgets at auctions, where a working 1921 original fetched a record price,
 and museums display the clockmaker's notebooks next to the first prototypes and their wooden moulds.</p>
 </article><footer>Copyright Widget Weekly</footer></body></html>"""
-
-
-@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def sandbox(request) -> str:
-    """Run on each workspace backend; docker needs the engine (fails in CI if absent)."""
-    if request.param == "docker":
-        request.getfixturevalue("docker_engine")
-    return request.param
 
 
 @pytest.fixture
@@ -84,7 +77,7 @@ def test_search_then_two_fetches_in_one_turn_then_an_answer_citing_both(
     tool_results = [m["content"] for m in scripted_model.messages(2) if m["role"] == "tool"][-2:]
     assert "1921" in tool_results[0] and "millimetres" in tool_results[1]
     assert "Copyright Widget Weekly" not in tool_results[0]
-    assert leftover_workspaces(__import__("pathlib").Path(web_env["TMPDIR"]), "web") == []
+    assert leftover_workspaces(Path(web_env["TMPDIR"]), "web") == []
 
 
 def test_plain_output_lists_sources_under_the_answer(scripted_model, site, web_env):  # noqa: F811

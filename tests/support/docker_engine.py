@@ -154,3 +154,11 @@ class _Pair:
         if done:
             for sock in self._sockets:
                 sock.close()
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def sandbox(request) -> str:
+    """Run the test on each workspace backend; docker needs the engine (a failure in CI if absent)."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_engine")
+    return request.param
