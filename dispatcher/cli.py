@@ -164,6 +164,10 @@ def _run(args: argparse.Namespace) -> int:
         request = RunRequest(mode="web", question=_question(args.question), urls=tuple(args.urls))
     progress = Progress.for_terminal(verbose=args.verbose)
     report = run_research(request, config, progress, RunOptions(model=args.model))
+    usage = report.usage
+    progress.detail(f"{report.steps} steps, {report.tool_calls} tool calls, {usage.prompt_tokens:,} prompt + "
+                    f"{usage.completion_tokens:,} completion tokens, ${usage.cost_usd:.4f}, "
+                    f"{report.elapsed_s:.1f} s, stopped: {report.stopped}")
     print(report.render(as_json=args.json))
     return EXIT_OK
 

@@ -97,6 +97,7 @@ def test_verbose_shows_every_tool_call_with_arguments_and_size(source_repo, scri
     assert result.exit_code == 0, result.stderr
     assert 'ls({"path": "src"})' in result.stderr
     assert "chars" in result.stderr
+    assert "2 steps, 1 tool calls, 200 prompt + 40 completion tokens" in result.stderr
     assert result.stdout == "Only app.py (src/app.py:1).\n"
 
 
