@@ -122,6 +122,14 @@ def test_grep_options_case_literal_glob_context_limit(tree):
     assert "more matches not shown" in limited
 
 
+def test_grep_output_is_capped_at_50kb(tree):
+    """A thousand long matches are cut at 50 KB of output, with a note."""
+    workspace, tools, *_ = tree
+    (workspace.host_dir / "many.txt").write_text(("needle " + "z" * 300 + "\n") * 1000)
+    out = call(tools, "grep", pattern="needle", path="many.txt", limit=1000)
+    assert len(out.encode()) <= 50_000 + 200 and out.endswith("raise limit (max 1000)]")
+
+
 def test_grep_cuts_long_match_lines_and_reports_bad_regex(tree):
     """Match lines over 500 chars are previewed, and a bad regex is an error for the model."""
     _, tools, *_ = tree

@@ -27,7 +27,8 @@ GREP_TIMEOUT_S = 30
 GREP_MAX_COLUMNS = 500
 MAX_GREP_LIMIT = 1_000
 MAX_GREP_CONTEXT = 10
-MAX_GREP_OUTPUT_BYTES = 2_000_000
+MAX_GREP_OUTPUT_BYTES = 2_000_000  # what we take from ripgrep
+MAX_GREP_RESULT_BYTES = 50_000  # what the model gets, like every other tool
 MAX_LS_LIMIT = 5_000
 MAX_FIND_LIMIT = 10_000
 
@@ -75,7 +76,8 @@ def file_tools(workspace: Workspace, sources: Sources) -> list[Tool]:
     ) -> str:
         """Search file contents with ripgrep. Output lines are path:line:text
         (context lines path-line-text). Respects .gitignore, searches hidden
-        files except .git, never follows symlinks, cuts lines at 500 characters."""
+        files except .git, never follows symlinks, cuts lines at 500 characters
+        and the whole output at 50 KB."""
         if not 1 <= limit <= MAX_GREP_LIMIT:
             raise ToolInputError(f"limit must be between 1 and {MAX_GREP_LIMIT}")
         if not 0 <= context <= MAX_GREP_CONTEXT:
@@ -213,9 +215,13 @@ def _numbered(lines: Iterator[bytes], path: str, offset: int, limit: int) -> str
 
 # -- grep, ls, find ---------------------------------------------------------------------------
 def _first_matches(output: bytes, limit: int) -> tuple[bytes, bool]:
-    """ripgrep's output up to the `limit`-th match line, and whether more followed."""
-    kept, matches = [], 0
+    """ripgrep's output up to the `limit`-th match line (and within the result
+    cap), and whether more followed."""
+    kept, matches, size = [], 0, 0
     for line in output.splitlines(keepends=True):
+        size += len(line)
+        if size > MAX_GREP_RESULT_BYTES and kept:
+            return b"".join(kept), True
         if _MATCH_LINE.match(line):
             if matches == limit:
                 return b"".join(kept), True
