@@ -57,9 +57,13 @@ class WebMode:
         if not request.urls:
             return f"Question: {request.question}"
         progress(f"fetching {len(request.urls)} page(s)…")
-        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_PREFETCH, len(request.urls))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_PREFETCH, len(request.urls)))
+        try:
             # A -u page that cannot be fetched is the user's problem: FetchError ends the run.
             pages = list(pool.map(lambda url: fetch_page(url, config.web), request.urls))
+        finally:
+            # On Ctrl-C or a failed page, don't wait for the other fetches to time out.
+            pool.shutdown(wait=False, cancel_futures=True)
         sections = []
         for number, page in enumerate(pages, 1):
             saved_as = self._store.save(page.final_url, page.markdown)

@@ -138,3 +138,33 @@ def test_fetch_command_refuses_a_private_address_with_exit_1(internal_server, we
     assert result.exit_code == 1
     assert "loopback" in result.stderr and internal_server.requests == []
     assert internal_server.secret not in result.stdout + result.stderr
+
+
+def test_ctrl_c_during_a_slow_prefetch_exits_130_at_once(tmp_path, web_env):
+    """SIGINT while a -u page drips slowly exits 130 within seconds and removes the workspace."""
+    import signal
+    import time
+
+    from tests.support.cli import start_research
+
+    drip = WebServer()
+    drip.routes["/slow"] = lambda request: drip.stop_event.wait(60)
+    drip.start()
+    try:
+        env = dict(web_env)
+        config = Path(env["RESEARCH_CONFIG"])
+        document = tomllib.loads(config.read_text())
+        document["web"]["allowed_hosts"].append(f"127.0.0.1:{drip.port}")
+        config.write_text(tomli_w.dumps(document))
+        process = start_research("web", "q", "-u", drip.url("/slow"), env=env)
+        deadline = time.monotonic() + 30
+        while not drip.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert drip.requests, "the prefetch never reached the server"
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 130
+        assert time.monotonic() - started < 5
+    finally:
+        drip.stop()
+    assert leftover_workspaces(Path(env["TMPDIR"]), "web") == []
