@@ -95,40 +95,62 @@ class LocalWorkspace(Workspace):
             os.close(fd)
         return ReadResult(data=data, size=info.st_size, truncated=offset + len(data) < info.st_size)
 
-    def list_dir(self, path: str = ".") -> list[Entry]:
-        real = self._real(path)
-        if not os.path.isdir(real):
-            what = "does not exist" if not os.path.lexists(real) else "is not a directory"
-            raise ToolInputError(f"{path!r} {what}")
+    def _open_directory(self, real: str, shown: str, missing: str = "does not exist") -> tuple[int, str]:
+        """A descriptor on the directory at `real` and the path it really opened,
+        proven inside: a directory swapped for a link after `_real` is caught."""
         try:
-            with os.scandir(real) as entries:
-                return sorted((self._entry(e) for e in entries), key=lambda e: e.path)
+            fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise ToolInputError(f"{shown!r} {missing}") from None
+        except NotADirectoryError:
+            raise ToolInputError(f"{shown!r} is not a directory") from None
         except OSError as exc:
-            raise ToolInputError(f"cannot list {path!r}: {exc.strerror}") from None
+            raise ToolInputError(f"cannot list {shown!r}: {exc.strerror}") from None
+        try:
+            opened = os.readlink(f"/proc/self/fd/{fd}")
+            self._check_inside(opened, shown)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, opened
+
+    def _listing(self, real: str, shown: str, missing: str = "does not exist") -> list[Entry]:
+        fd, opened = self._open_directory(real, shown, missing)
+        try:
+            with os.scandir(fd) as entries:
+                return sorted((self._entry(e, opened) for e in entries), key=lambda e: e.path)
+        except OSError as exc:
+            raise ToolInputError(f"cannot list {shown!r}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+
+    def list_dir(self, path: str = ".") -> list[Entry]:
+        return self._listing(self._real(path), path)
 
     def walk(self, path: str = ".") -> Iterator[Entry]:
-        real = self._real(path)
-        if not os.path.isdir(real):
-            raise ToolInputError(f"{path!r} is not a directory")
-        stack = [real]
-        while stack:
-            directory = stack.pop()
-            try:
-                with os.scandir(directory) as listing:
-                    entries = sorted(listing, key=lambda e: e.name)
-            except OSError:
-                continue  # unreadable directory: skip it, as find(1) would
+        # The Docker backend words a missing start the same way.
+        entries = self._listing(self._real(path), path, missing="is not a directory")
+        stack: list[str] = []
+        while True:
             subdirectories = []
-            for dir_entry in entries:
-                entry = self._entry(dir_entry)
-                if entry.kind == "dir" and dir_entry.name == ".git":
+            for entry in entries:
+                if entry.kind == "dir" and entry.path.rsplit("/", 1)[-1] == ".git":
                     continue
                 yield entry
                 if entry.kind == "dir":
-                    subdirectories.append(dir_entry.path)
+                    subdirectories.append(entry.path)
             stack.extend(reversed(subdirectories))
+            entries = None
+            while entries is None:
+                if not stack:
+                    return
+                directory = stack.pop()
+                try:
+                    entries = self._listing(os.path.join(self._root, directory), directory)
+                except ToolInputError:
+                    pass  # unreadable, or swapped for a link meanwhile: skip it, as find(1) would
 
-    def _entry(self, dir_entry: os.DirEntry) -> Entry:
+    def _entry(self, dir_entry: os.DirEntry, directory: str) -> Entry:
         info = dir_entry.stat(follow_symlinks=False)
         if stat.S_ISLNK(info.st_mode):
             kind = "symlink"
@@ -138,14 +160,26 @@ class LocalWorkspace(Workspace):
             kind = "file"
         else:
             kind = "other"
-        return Entry(path=self._relative(dir_entry.path), kind=kind, size=info.st_size if kind == "file" else 0)
+        path = self._relative(os.path.join(directory, dir_entry.name))
+        return Entry(path=path, kind=kind, size=info.st_size if kind == "file" else 0)
 
     def write_bytes(self, path: str, data: bytes) -> str:
         real = self._real(path)
-        parent = os.path.dirname(real)
-        os.makedirs(parent, exist_ok=True)
-        self._check_inside(os.path.realpath(parent), path)
-        fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        parent, name = os.path.split(real)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise ToolInputError(f"cannot create the directory for {path!r}: {exc.strerror}") from None
+        # Create the file relative to a descriptor on its directory, proven
+        # inside, so no link swapped into the path meanwhile can redirect it.
+        directory_fd, _ = self._open_directory(parent, path)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=directory_fd)
+        except OSError as exc:
+            raise ToolInputError(f"cannot write {path!r}: {exc.strerror}") from None
+        finally:
+            os.close(directory_fd)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         return self._relative(real)
