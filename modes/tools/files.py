@@ -3,36 +3,50 @@
 They touch files only through the Workspace interface, so they run unchanged
 on the host (LocalWorkspace) or inside a container (DockerWorkspace), and
 containment is the workspace's job, done once. Every path in and out is
-workspace-relative.
+workspace-relative, and every output is bounded: the model's context is small
+and a hostile repository may hold a 1 GB file or a million matches.
 """
 
 from __future__ import annotations
 
+import codecs
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 from dispatcher.errors import ToolInputError
 from modes.base import Sources
 from modes.tools.definition import Tool, tool
-from sandbox.workspace import Command, Workspace
+from sandbox.workspace import Command, ReadResult, Workspace
 
-MAX_READ_BYTES = 50_000  # output of one read call
-MAX_LINE_CHARS = 2_000  # longer lines are cut in read output
+# read
+MAX_READ_BYTES = 50_000  # output of one read call, notes included
 MAX_READ_LINES = 2_000
-READ_CHUNK_BYTES = 1_000_000  # bytes fetched from the workspace per round trip
+MAX_LINE_CHARS = 2_000  # longer lines are cut in read output
+READ_CHUNK_BYTES = 4_000_000  # fetched per round trip: a container read is one exec
 MAX_SCANNED_LINE_BYTES = 1_000_000  # a "line" longer than this is cut while scanning
-BINARY_SNIFF_BYTES = 8_192
-GREP_TIMEOUT_S = 30
-GREP_MAX_COLUMNS = 500
+BINARY_SNIFF_BYTES = 8_192  # NUL bytes here, or mostly undecodable bytes, mean binary
+BINARY_UNDECODABLE_SHARE = 0.3
+# grep
+GREP_TIMEOUT_S = 30.0
+GREP_MAX_COLUMNS = 500  # match lines longer than this (bytes) are previewed
+DEFAULT_GREP_LIMIT = 100
 MAX_GREP_LIMIT = 1_000
 MAX_GREP_CONTEXT = 10
 MAX_GREP_OUTPUT_BYTES = 2_000_000  # what we take from ripgrep
-MAX_GREP_RESULT_BYTES = 50_000  # what the model gets, like every other tool
+MAX_GREP_RESULT_BYTES = 50_000  # what the model gets, notes included
+# ls and find
+DEFAULT_LS_LIMIT = 500
 MAX_LS_LIMIT = 5_000
+DEFAULT_FIND_LIMIT = 1_000
 MAX_FIND_LIMIT = 10_000
+MAX_FIND_SCANNED_ENTRIES = 500_000  # a walk stops here, so find ends on any tree
+MAX_PATTERN_CHARS = 1_000
 
-_MATCH_LINE = re.compile(rb"^.+?:\d+:")
+# Room kept under a byte cap for the note that ends a cut output.
+_NOTE_ROOM_BYTES = 200
+_RG_MATCH = re.compile(rb"\d+:")
+_IGNORE_FILE_ERROR = re.compile(r": line \d+: ")
 
 
 def file_tools(workspace: Workspace, sources: Sources) -> list[Tool]:
@@ -42,91 +56,94 @@ def file_tools(workspace: Workspace, sources: Sources) -> list[Tool]:
     def read(
         path: Annotated[str, "File to read, relative to the workspace root."],
         offset: Annotated[int, "First line to show, counting from 1."] = 1,
-        limit: Annotated[int, "Most lines to show (at most 2000)."] = MAX_READ_LINES,
+        limit: Annotated[int, f"Most lines to show (at most {MAX_READ_LINES})."] = MAX_READ_LINES,
     ) -> str:
-        """Read a text file as numbered lines (line number, tab, text).
+        """Read a text file as numbered lines: line number, a tab, the text.
 
-        Shows at most 2000 lines and 50 KB per call; lines over 2000 characters
-        are cut. When the file goes on, the output ends with the offset to
-        continue from. Binary files are reported, not shown.
+        Shows at most 2000 lines and 50 KB per call; lines longer than 2000
+        characters are cut. When the file goes on, the output ends with the
+        offset to continue from. Binary files are reported, not shown.
         """
         if offset < 1:
             raise ToolInputError("offset counts from 1")
-        if not 1 <= limit <= MAX_READ_LINES:
-            raise ToolInputError(f"limit must be between 1 and {MAX_READ_LINES}")
+        if limit < 1:
+            raise ToolInputError("limit must be at least 1")
+        limit = min(limit, MAX_READ_LINES)
         canonical = workspace.resolve(path)
         head = workspace.read_bytes(canonical, BINARY_SNIFF_BYTES)
-        if b"\x00" in head.data:
+        if _looks_binary(head):
             return f"{canonical} is a binary file ({head.size:,} bytes); not shown."
         sources.add(canonical)
         if head.size == 0:
-            return f"{canonical} is empty."
-        lines = iter(_split(head.data)) if not head.truncated else _lines(workspace, canonical)
-        return _numbered(lines, canonical, offset, limit)
+            return f"{canonical} is empty (0 bytes)."
+        return _numbered(_lines(workspace, canonical, head), canonical, offset, limit)
 
     @tool
     def grep(
         pattern: Annotated[str, "Regular expression (Rust regex syntax), or plain text with literal=true."],
         path: Annotated[str, "File or directory to search, relative to the workspace root."] = ".",
-        glob: Annotated[str | None, "Only search files matching this glob, e.g. '*.py' or '!*test*'."] = None,
-        ignore_case: Annotated[bool, "Match case-insensitively."] = False,
-        literal: Annotated[bool, "Treat the pattern as plain text, not a regex."] = False,
-        context: Annotated[int, "Lines of context around each match (0-10)."] = 0,
-        limit: Annotated[int, "Most matching lines to show (1-1000)."] = 100,
+        glob: Annotated[str | None, "Only search files whose path matches this glob, e.g. '*.py' or '!*_test.go'."] = None,
+        ignore_case: Annotated[bool, "Match regardless of case."] = False,
+        literal: Annotated[bool, "Treat the pattern as plain text, not a regular expression."] = False,
+        context: Annotated[int, f"Lines of context before and after each match (0-{MAX_GREP_CONTEXT})."] = 0,
+        limit: Annotated[int, f"Most matching lines to show (1-{MAX_GREP_LIMIT})."] = DEFAULT_GREP_LIMIT,
     ) -> str:
-        """Search file contents with ripgrep. Output lines are path:line:text
-        (context lines path-line-text). Respects .gitignore, searches hidden
-        files except .git, never follows symlinks, cuts lines at 500 characters
-        and the whole output at 50 KB."""
-        if not 1 <= limit <= MAX_GREP_LIMIT:
-            raise ToolInputError(f"limit must be between 1 and {MAX_GREP_LIMIT}")
+        """Search file contents with ripgrep.
+
+        Prints one match per line as path:line:text (context lines as
+        path-line-text, groups separated by '--'), sorted by path. Skips files
+        ignored by .gitignore, binary files and .git; never follows symlinks.
+        Lines longer than 500 characters are shortened, at most `limit` matches
+        (default 100, max 1000) and 50 KB are shown, and a search stops after
+        30 seconds.
+        """
+        _check_argument("pattern", pattern)
+        if glob is not None:
+            _check_argument("glob", glob)
+        if limit < 1:
+            raise ToolInputError("limit must be at least 1")
+        limit = min(limit, MAX_GREP_LIMIT)
         if not 0 <= context <= MAX_GREP_CONTEXT:
             raise ToolInputError(f"context must be between 0 and {MAX_GREP_CONTEXT}")
         canonical = workspace.resolve(path)
-        # Options are ours alone: the pattern goes after -e and the path after --,
-        # so nothing the model sends can become a flag (--pre, --follow, ...).
-        argv = ["rg", "--no-config", "--no-follow", "--no-require-git", "--hidden", "--glob=!.git",
-                "--line-number", "--with-filename", "--no-heading", "--color=never", "--sort=path",
-                f"--max-columns={GREP_MAX_COLUMNS}", "--max-columns-preview"]
-        if ignore_case:
-            argv.append("--ignore-case")
-        if literal:
-            argv.append("--fixed-strings")
-        if context:
-            argv.append(f"--context={context}")
-        if glob is not None:
-            argv.append(f"--glob={glob}")
-        argv += ["--regexp", pattern, "--"]
-        if canonical != ".":
-            argv.append(canonical)
+        argv = _rg_argv(pattern, canonical, glob=glob, ignore_case=ignore_case, literal=literal,
+                        context=context, limit=limit)
         result = workspace.run(Command(argv, timeout_s=GREP_TIMEOUT_S, max_output_bytes=MAX_GREP_OUTPUT_BYTES))
-        if result.exit_code == 2 and not result.stdout:
-            raise ToolInputError(f"grep failed: {_rg_error(result.stderr)}")
-        shown, more = _first_matches(result.stdout, limit)
-        if not shown:
+        if result.exit_code == 2 and not result.stdout and not result.timed_out:
+            complaint = _rg_error(result.stderr)
+            if complaint is not None and complaint.startswith(f"{canonical}: ") and "(os error 2)" in complaint:
+                raise ToolInputError(f"{path!r} does not exist")
+            if complaint is not None:
+                raise ToolInputError(f"grep failed: {complaint}")
+        lines, more = _first_matches(result.stdout, limit)
+        if not lines:
             if result.timed_out:
-                return f"grep timed out after {GREP_TIMEOUT_S} s with no matches; narrow the path or the pattern."
+                return f"grep timed out after {GREP_TIMEOUT_S:g} s with no matches; narrow the path or the pattern."
             return f"No matches for {pattern!r} in {canonical}."
-        text = shown.decode("utf-8", "replace").rstrip("\n")
         if more or result.truncated:
-            text += f"\n[more matches not shown; narrow the search or raise limit (max {MAX_GREP_LIMIT})]"
+            lines.append(f"[more matches not shown; narrow the search or raise limit (max {MAX_GREP_LIMIT})]")
         if result.timed_out:
-            text += f"\n[grep timed out after {GREP_TIMEOUT_S} s; results are partial]"
-        return text
+            lines.append(f"[grep timed out after {GREP_TIMEOUT_S:g} s; the results are partial]")
+        return "\n".join(lines)
 
     @tool
     def ls(
         path: Annotated[str, "Directory to list, relative to the workspace root."] = ".",
-        limit: Annotated[int, "Most entries to show."] = 500,
+        limit: Annotated[int, f"Most entries to show (at most {MAX_LS_LIMIT})."] = DEFAULT_LS_LIMIT,
     ) -> str:
-        """List a directory: subdirectories end with '/', files show their size,
-        symlinks are marked (and never followed)."""
-        if not 1 <= limit <= MAX_LS_LIMIT:
-            raise ToolInputError(f"limit must be between 1 and {MAX_LS_LIMIT}")
+        """List a directory, one entry per line, sorted by name.
+
+        Subdirectories end with '/', files show their size in bytes, symlinks
+        show as 'name -> (symlink)' and are never followed. Shows at most
+        `limit` entries (default 500) and says how many more there are.
+        """
+        if limit < 1:
+            raise ToolInputError("limit must be at least 1")
+        limit = min(limit, MAX_LS_LIMIT)
         canonical = workspace.resolve(path)
         entries = workspace.list_dir(canonical)
         if not entries:
-            return f"{canonical} is empty."
+            return f"{canonical} is an empty directory."
         lines = [_describe(entry.path.rsplit("/", 1)[-1], entry.kind, entry.size) for entry in entries[:limit]]
         if len(entries) > limit:
             lines.append(f"[{len(entries) - limit} more entries not shown]")
@@ -134,42 +151,69 @@ def file_tools(workspace: Workspace, sources: Sources) -> list[Tool]:
 
     @tool
     def find(
-        pattern: Annotated[str, "Glob: '*.py' matches names anywhere; 'src/**/*.ts' matches paths; '**' spans directories."],
-        path: Annotated[str, "Directory to search, relative to the workspace root."] = ".",
-        limit: Annotated[int, "Most paths to show."] = 1000,
+        pattern: Annotated[str, "Glob, e.g. '*.py' (a name anywhere), '**/test_*.py' or 'src/**/*.{ts,tsx}'."],
+        path: Annotated[str, "Directory to search in, relative to the workspace root."] = ".",
+        limit: Annotated[int, f"Most paths to show (at most {MAX_FIND_LIMIT})."] = DEFAULT_FIND_LIMIT,
     ) -> str:
-        """Find files and directories by glob. Paths are workspace-relative,
-        directories end with '/'; .git is skipped and symlinks are not followed."""
-        if not 1 <= limit <= MAX_FIND_LIMIT:
-            raise ToolInputError(f"limit must be between 1 and {MAX_FIND_LIMIT}")
+        """Find files and directories whose path matches a glob.
+
+        A pattern without '/' matches names at any depth; a pattern with '/'
+        matches the whole path below `path`. '*' and '?' stay within one
+        directory, '**' spans directories, '[abc]' and '{a,b}' work as in a
+        shell. Prints sorted workspace-relative paths, directories ending with
+        '/', at most `limit` (default 1000). Skips .git; never follows symlinks.
+        """
+        if limit < 1:
+            raise ToolInputError("limit must be at least 1")
+        limit = min(limit, MAX_FIND_LIMIT)
+        matches = _glob_matcher(pattern)
         canonical = workspace.resolve(path)
-        matcher = _glob_matcher(pattern)
-        found, more = [], False
         prefix = "" if canonical == "." else canonical + "/"
-        for entry in workspace.walk(canonical):
-            relative = entry.path[len(prefix):] if entry.path.startswith(prefix) else entry.path
-            if matcher(relative):
-                if len(found) == limit:
-                    more = True
-                    break
+        found, scanned_all = [], True
+        for scanned, entry in enumerate(workspace.walk(canonical)):
+            if scanned == MAX_FIND_SCANNED_ENTRIES:
+                scanned_all = False
+                break
+            if matches(entry.path.removeprefix(prefix)):
                 found.append(entry.path + ("/" if entry.kind == "dir" else ""))
         if not found:
+            if not scanned_all:
+                return (f"No paths match {pattern!r} in the first {MAX_FIND_SCANNED_ENTRIES:,} entries "
+                        f"of {canonical}; search a subdirectory.")
             return f"No paths match {pattern!r} in {canonical}."
-        if more:
-            found.append(f"[more matches not shown; narrow the pattern or raise limit (max {MAX_FIND_LIMIT})]")
-        return "\n".join(found)
+        found.sort()
+        lines = found[:limit]
+        if len(found) > limit:
+            lines.append(f"[{len(found) - limit} more paths not shown; narrow the pattern or raise limit "
+                         f"(max {MAX_FIND_LIMIT})]")
+        if not scanned_all:
+            lines.append(f"[stopped after {MAX_FIND_SCANNED_ENTRIES:,} entries; search a subdirectory for the rest]")
+        return "\n".join(lines)
 
     return [read, grep, ls, find]
 
 
 # -- read -------------------------------------------------------------------------------------
-def _lines(workspace: Workspace, path: str) -> Iterator[bytes]:
-    """The file's lines without their newlines, fetched a chunk at a time so a
-    huge file is never read whole just to show its first page."""
-    offset, pending, skipping = 0, b"", False
+def _looks_binary(head: ReadResult) -> bool:
+    """NUL bytes in the first bytes, or bytes that are mostly not UTF-8 (a few
+    stray ones, as in a Latin-1 comment, are shown as replacement characters)."""
+    if b"\x00" in head.data:
+        return True
+    if not head.data:
+        return False
+    decoder = codecs.getincrementaldecoder("utf-8")("ignore")
+    # final=False: a character cut by the sniff window is not counted as bad.
+    valid = decoder.decode(head.data, final=not head.truncated).encode("utf-8")
+    pending = len(decoder.getstate()[0])
+    return len(head.data) - pending - len(valid) > BINARY_UNDECODABLE_SHARE * len(head.data)
+
+
+def _lines(workspace: Workspace, path: str, first: ReadResult) -> Iterator[bytes]:
+    """The file's lines without their newlines, starting from the bytes already
+    read and fetching more a chunk at a time only while the caller wants lines,
+    so a huge file is never read whole just to show its first page."""
+    chunk, offset, pending, skipping = first, len(first.data), b"", False
     while True:
-        chunk = workspace.read_bytes(path, READ_CHUNK_BYTES, offset)
-        offset += len(chunk.data)
         data = chunk.data
         if skipping:  # the rest of an overlong line we already cut
             newline = data.find(b"\n")
@@ -182,61 +226,139 @@ def _lines(workspace: Workspace, path: str) -> Iterator[bytes]:
             pending, skipping = b"", True
         if not chunk.truncated or not chunk.data:
             break
+        chunk = workspace.read_bytes(path, READ_CHUNK_BYTES, offset)
+        offset += len(chunk.data)
     if pending:
         yield pending
 
 
-def _split(data: bytes) -> list[bytes]:
-    lines = data.split(b"\n")
-    return lines[:-1] if lines[-1] == b"" else lines
-
-
 def _numbered(lines: Iterator[bytes], path: str, offset: int, limit: int) -> str:
-    out, used, number = [], 0, 0
+    """`cat -n` style lines from `offset`, within the line limit and the byte cap,
+    ending with where to continue when the file goes on."""
+    out: list[str] = []
+    used, number = 0, 0
     for number, raw in enumerate(lines, 1):
         if number < offset:
             continue
         if len(out) == limit:
             out.append(f"[file continues; use offset={number} to read on]")
             return "\n".join(out)
-        text = raw.decode("utf-8", "replace").rstrip("\r")
+        text = raw.decode("utf-8", "replace").removesuffix("\r")
         if len(text) > MAX_LINE_CHARS:
             text = text[:MAX_LINE_CHARS] + f"… [line cut at {MAX_LINE_CHARS} chars]"
         line = f"{number:>6}\t{text}"
-        used += len(line.encode()) + 1
-        if used > MAX_READ_BYTES and out:
+        used += len(line.encode("utf-8")) + 1
+        if used > MAX_READ_BYTES - _NOTE_ROOM_BYTES and out:
             out.append(f"[output capped at {MAX_READ_BYTES:,} bytes; use offset={number} to read on]")
             return "\n".join(out)
         out.append(line)
     if not out:
-        raise ToolInputError(f"offset {offset} is past the end of {path} ({number} lines)")
+        raise ToolInputError(f"offset {offset} is past the end of {path}, which has {number} lines")
     return "\n".join(out)
 
 
-# -- grep, ls, find ---------------------------------------------------------------------------
-def _first_matches(output: bytes, limit: int) -> tuple[bytes, bool]:
-    """ripgrep's output up to the `limit`-th match line (and within the result
-    cap), and whether more followed."""
-    kept, matches, size = [], 0, 0
-    for line in output.splitlines(keepends=True):
-        size += len(line)
-        if size > MAX_GREP_RESULT_BYTES and kept:
-            return b"".join(kept), True
-        if _MATCH_LINE.match(line):
-            if matches == limit:
-                return b"".join(kept), True
-            matches += 1
+# -- grep -------------------------------------------------------------------------------------
+def _check_argument(name: str, value: str) -> None:
+    """Refuse text that cannot travel in an argv (a NUL byte, a lone surrogate)."""
+    if not value:
+        raise ToolInputError(f"{name} must not be empty")
+    if len(value) > MAX_PATTERN_CHARS:
+        raise ToolInputError(f"{name} is longer than {MAX_PATTERN_CHARS} characters")
+    if "\x00" in value:
+        raise ToolInputError(f"{name} contains a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolInputError(f"{name} is not valid UTF-8") from None
+
+
+def _rg_argv(pattern: str, path: str, *, glob: str | None, ignore_case: bool, literal: bool,
+             context: int, limit: int) -> list[str]:
+    """ripgrep's argv. Every option is ours: the pattern rides inside
+    `--regexp=`, the glob inside `--glob=` and the path after `--`, so nothing
+    the model sends can become a flag (`--pre`, `--follow`, `--files` ...)."""
+    argv = [
+        "rg",
+        "--no-config",  # never read RIPGREP_CONFIG_PATH
+        "--no-follow",
+        "--no-require-git",  # honour .gitignore even where the tree is not a git repository
+        # A .gitignore may be a symlink out of the workspace; ripgrep reads it
+        # and would quote its lines in parse errors.
+        "--no-ignore-messages",
+        "--hidden",
+        "--glob=!.git",
+        "--null",  # path, NUL, rest: unambiguous whatever the file names hold
+        "--line-number",
+        "--with-filename",
+        "--no-heading",
+        "--color=never",
+        "--sort=path",
+        f"--max-columns={GREP_MAX_COLUMNS}",
+        "--max-columns-preview",
+        # Per file, one past the limit so that a cut shows; the total is cut in _first_matches.
+        f"--max-count={limit + 1}",
+    ]
+    if ignore_case:
+        argv.append("--ignore-case")
+    if literal:
+        argv.append("--fixed-strings")
+    if context:
+        argv.append(f"--context={context}")
+    if glob is not None:
+        argv.append(f"--glob={glob}")
+    # Always an explicit path: with none, ripgrep may search its stdin instead.
+    argv += [f"--regexp={pattern}", "--", path]
+    return argv
+
+
+def _first_matches(output: bytes, limit: int) -> tuple[list[str], bool]:
+    """ripgrep's `--null` output as path:line:text lines, up to the `limit`-th
+    match and within the result cap, and whether anything was left out."""
+    kept: list[str] = []
+    matches, used = 0, 0
+    for raw in output.splitlines():
+        path, nul, rest = raw.partition(b"\x00")
+        if nul:
+            # "3:text" for a match, "3-text" for context; ripgrep writes './'
+            # before the paths it finds under '.'.
+            is_match = _RG_MATCH.match(rest) is not None
+            separator = b":" if is_match else b"-"
+            line = (path.removeprefix(b"./") + separator + rest).decode("utf-8", "replace")
+        else:  # a '--' group separator or a "binary file matches" note
+            is_match = raw != b"--"
+            line = raw.removeprefix(b"./").decode("utf-8", "replace")
+        if is_match and matches == limit:
+            return _without_trailing_separator(kept), True
+        used += len(line.encode("utf-8")) + 1
+        if used > MAX_GREP_RESULT_BYTES - _NOTE_ROOM_BYTES:
+            return _without_trailing_separator(kept), True
+        matches += is_match
         kept.append(line)
-    return b"".join(kept), False
+    return _without_trailing_separator(kept), False
 
 
-def _rg_error(stderr: bytes) -> str:
-    """ripgrep's complaint in one line: its `error:` line, or its last line."""
-    lines = [line.strip() for line in stderr.decode("utf-8", "replace").splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith(("error:", "rg:"))]
-    return (errors or lines or ["ripgrep exited with an error"])[-1]
+def _without_trailing_separator(lines: list[str]) -> list[str]:
+    return lines[:-1] if lines and lines[-1] == "--" else lines
 
 
+def _rg_error(stderr: bytes) -> str | None:
+    """ripgrep's complaint about our pattern, glob or path, in one line, or None
+    when it complained only about ignore files."""
+    # An ignore file may be a link out of the workspace, and ripgrep quotes the
+    # lines it cannot parse ("path: line N: error parsing glob '...'"), even
+    # with --no-ignore-messages when the file sits above the searched path.
+    lines = [line.strip() for line in stderr.decode("utf-8", "replace").splitlines()
+             if line.strip() and not _IGNORE_FILE_ERROR.search(line)]
+    errors = [line for line in lines if line.startswith("error:")]
+    if errors:  # a regex parse error: the pattern, a caret, then "error: <what>"
+        return "regex parse error: " + errors[-1].removeprefix("error:").strip()
+    complaints = [line for line in lines if line.startswith("rg: ")]
+    if complaints:
+        return complaints[0].removeprefix("rg: ")
+    return lines[-1] if lines else None
+
+
+# -- ls and find ------------------------------------------------------------------------------
 def _describe(name: str, kind: str, size: int) -> str:
     if kind == "dir":
         return name + "/"
@@ -247,40 +369,59 @@ def _describe(name: str, kind: str, size: int) -> str:
     return f"{name}  (special file)"
 
 
-def _glob_matcher(pattern: str):
-    """A predicate for workspace-relative paths: a pattern without '/' matches
-    the last component anywhere; one with '/' matches the whole path; '**'
-    spans directories, '*' and '?' stay within one."""
-    if not pattern or "\x00" in pattern:
-        raise ToolInputError("pattern must be a non-empty glob")
-    regex = re.compile(_glob_to_regex(pattern.strip("/")) + r"\Z", re.DOTALL)
-    if "/" in pattern.strip("/"):
+def _glob_matcher(pattern: str) -> Callable[[str], bool]:
+    """A predicate for paths relative to the search directory: a pattern
+    without '/' matches the last component anywhere; one with '/' matches the
+    whole path; '**' spans directories, '*' and '?' stay within one."""
+    _check_argument("pattern", pattern)
+    cleaned = pattern.strip()
+    while cleaned.startswith("./"):
+        cleaned = cleaned[2:]
+    cleaned = cleaned.strip("/") or "*"
+    try:
+        regex = re.compile(_glob_to_regex(cleaned) + r"\Z", re.DOTALL)
+    except re.error as exc:
+        raise ToolInputError(f"pattern {pattern!r} is not a glob this tool understands ({exc.msg})") from None
+    if "/" in cleaned:
         return lambda relative: regex.match(relative) is not None
     return lambda relative: regex.match(relative.rsplit("/", 1)[-1]) is not None
 
 
 def _glob_to_regex(pattern: str) -> str:
-    out, i = [], 0
+    out, i, braces = [], 0, 0
     while i < len(pattern):
+        char = pattern[i]
         if pattern.startswith("**/", i):
             out.append("(?:.*/)?")
             i += 3
-        elif pattern.startswith("**", i):
+            continue
+        if pattern.startswith("**", i):
             out.append(".*")
             i += 2
-        elif pattern[i] == "*":
+            continue
+        if char == "*":
             out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
+        elif char == "?":
             out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and "]" in pattern[i + 2:]:
+        elif char == "[" and "]" in pattern[i + 2:]:
             end = pattern.index("]", i + 2)
             body = pattern[i + 1:end]
-            body = "^" + body[1:] if body.startswith("!") else body
-            out.append("[" + body.replace("\\", "\\\\") + "]")
+            negate = body[:1] in ("!", "^")
+            body = body[1:] if negate else body
+            # Escape everything but ranges, so the class means what the shell means.
+            escaped = "".join(c if c == "-" else re.escape(c) for c in body)
+            out.append("[" + ("^/" if negate else "") + escaped + "]")
             i = end + 1
+            continue
+        elif char == "{" and "}" in pattern[i:]:
+            out.append("(?:")
+            braces += 1
+        elif char == "," and braces:
+            out.append("|")
+        elif char == "}" and braces:
+            out.append(")")
+            braces -= 1
         else:
-            out.append(re.escape(pattern[i]))
-            i += 1
+            out.append(re.escape(char))
+        i += 1
     return "".join(out)
