@@ -7,9 +7,11 @@ comes up while the mode clones or fetches on the host. Methods wait for it.
 
 The workspace is a host temp dir, as for LocalWorkspace, bind-mounted at
 /workspace on a local engine or copied in and out on a remote one. Host-side
-code never reads it: every method is one `docker exec` of the helper script
-(`sandbox.docker_helper`), which resolves paths inside the container, so a
-hostile symlink can only ever point into the container's own filesystem.
+code never reads it: every method is one run of the helper script
+(`sandbox.docker_helper`) inside the container, through a long-lived command
+server (`sandbox.docker_channel`) or else a plain `docker exec`; the script
+resolves paths inside the container, so a hostile symlink can only ever point
+into the container's own filesystem.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from sandbox.docker_engine import (
     translated,
     uses_bind_mount,
 )
-from sandbox.docker_exec import EXEC_GRACE_S, ExecOutcome, exec_argv
+from sandbox.docker_channel import ChannelPool
+from sandbox.docker_exec import EXEC_GRACE_S, ExecOutcome
 from sandbox.environment import scrubbed_environment
 from sandbox.workspace import Command, CommandResult, Entry, ReadResult, Workspace, check_path_syntax
 
@@ -75,6 +78,11 @@ class DockerWorkspace(Workspace):
         self._lock = threading.Lock()
         self._closed = False
         self._copy_back_note = ""
+        # Tool calls go through command servers in the container (one exec each
+        # costs more than the call itself); see sandbox.docker_channel.
+        # Only used once the container has started (after _running() or in _start).
+        self._channels = ChannelPool(client.api, lambda: self._container.id, user=f"{uid}:{gid}",
+                                     environment=container_environment())
         self._starter = threading.Thread(target=self._start, name=f"start {identity.container_name}", daemon=True)
 
     @classmethod
@@ -129,6 +137,7 @@ class DockerWorkspace(Workspace):
         finally:
             self._started.set()
         if self._start_error is None:
+            self._channels.warm()
             self._reap_stale()
 
     def _reap_stale(self) -> None:
@@ -147,12 +156,12 @@ class DockerWorkspace(Workspace):
 
     def _exec(self, argv: list[str], *, environment: Mapping[str, str], deadline_s: float,
               max_stdout_bytes: int, want_exit_code: bool = True) -> ExecOutcome:
-        # workdir "/": the helper works with absolute paths and `run` changes
-        # directory itself, after checking where it goes.
-        return exec_argv(self._client.api, self._running().id, argv, user=f"{self._uid}:{self._gid}",
-                         workdir="/", environment=environment, deadline_s=deadline_s,
-                         max_stdout_bytes=max_stdout_bytes, max_stderr_bytes=MAX_STDERR_BYTES,
-                         want_exit_code=want_exit_code)
+        # Both paths run from "/": the helper works with absolute paths and
+        # `run` changes directory itself, after checking where it goes.
+        self._running()
+        return self._channels.run(argv, environment=environment, deadline_s=deadline_s,
+                                  max_stdout_bytes=max_stdout_bytes, max_stderr_bytes=MAX_STDERR_BYTES,
+                                  want_exit_code=want_exit_code)
 
     def _helper(self, op: str, *args: str, max_stdout_bytes: int = 1_000_000) -> tuple[int | None, bytes]:
         """Run one helper operation; (status code, None) or (None, payload)."""
@@ -270,6 +279,7 @@ class DockerWorkspace(Workspace):
             # A container still being created must not escape removal, and
             # the reaping that follows must finish before the client closes.
             self._starter.join()
+        self._channels.close()
         try:
             if keep:
                 self._keep()

@@ -69,8 +69,8 @@ def exec_argv(
             container_id, list(argv), stdout=True, stderr=True, stdin=False, tty=False,
             user=user, workdir=workdir, environment=dict(environment),
         )["Id"]
-        response = _start(api, exec_id)
-    frames = _Frames(response, deadline=started + deadline_s)
+        response = start_exec(api, exec_id)
+    frames = FrameReader(response, deadline=started + deadline_s)
     stdout = CappedBuffer(max_stdout_bytes)
     stderr = CappedBuffer(max_stderr_bytes)
     try:
@@ -94,8 +94,9 @@ def exec_argv(
     )
 
 
-def _start(api, exec_id: str):
-    """POST /exec/{id}/start, upgraded to a raw stream, as the SDK's exec_start does."""
+def start_exec(api, exec_id: str):
+    """POST /exec/{id}/start, upgraded to a raw stream, as the SDK's exec_start
+    does; the response reads the exec's frames (see FrameReader)."""
     response = api._post_json(
         api._url("/exec/{0}/start", exec_id),
         headers={"Connection": "Upgrade", "Upgrade": "tcp"},
@@ -106,32 +107,48 @@ def _start(api, exec_id: str):
     return response
 
 
-class _Frames:
-    """Iterates (stream, bytes) frames of a non-tty exec until EOF or the deadline."""
+class FrameReader:
+    """Reads (stream, bytes) frames of a non-tty exec until EOF or `deadline`
+    (a time.monotonic() value the caller may move), and writes to its stdin."""
 
     def __init__(self, response, deadline: float) -> None:
         # The buffered reader holds any bytes read past the HTTP headers.
         self._reader = response.raw._fp.fp
         raw = getattr(self._reader, "raw", self._reader)
-        # The object whose timeout bounds a receive: the socket under a SocketIO,
-        # or the SSL socket or SSH channel itself.
-        self._timed = getattr(raw, "_sock", raw)
-        self._deadline = deadline
+        # The object whose timeout bounds a receive and that takes writes: the
+        # socket under a SocketIO, or the SSL socket or SSH channel itself.
+        self._socket = getattr(raw, "_sock", raw)
+        self.deadline = deadline
         self._buffer = b""
+        self._kind = _STDOUT
+        self._left = 0  # bytes of the current frame not yet returned
         self.deadline_passed = False
 
     def __iter__(self):
-        while True:
+        while (frame := self.next_frame()) is not None:
+            yield frame
+
+    def next_frame(self) -> tuple[int, bytes] | None:
+        """The next piece of a frame's payload; None at EOF or past the deadline."""
+        while self._left == 0:
             header = self._read_exactly(_FRAME_HEADER.size)
             if header is None:
-                return
-            kind, size = _FRAME_HEADER.unpack(header)
-            while size > 0:
-                chunk = self._read_some(min(size, _RECV_BYTES))
-                if chunk is None:
-                    return
-                size -= len(chunk)
-                yield kind, chunk
+                return None
+            self._kind, self._left = _FRAME_HEADER.unpack(header)
+        chunk = self._read_some(min(self._left, _RECV_BYTES))
+        if chunk is None:
+            return None
+        self._left -= len(chunk)
+        return self._kind, chunk
+
+    @property
+    def can_send(self) -> bool:
+        return hasattr(self._socket, "sendall") and hasattr(self._socket, "settimeout")
+
+    def send(self, data: bytes) -> None:
+        """Write to the exec's stdin (it must have been created with stdin=True)."""
+        self._socket.settimeout(max(self.deadline - time.monotonic(), 0.001))
+        self._socket.sendall(data)
 
     def _read_exactly(self, count: int) -> bytes | None:
         data = b""
@@ -147,11 +164,11 @@ class _Frames:
         if self._buffer:
             chunk, self._buffer = self._buffer[:limit], self._buffer[limit:]
             return chunk
-        remaining = self._deadline - time.monotonic()
+        remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             self.deadline_passed = True
             return None
-        self._timed.settimeout(remaining)
+        self._socket.settimeout(remaining)
         try:
             data = self._reader.read1(_RECV_BYTES)
         except (socket.timeout, TimeoutError):

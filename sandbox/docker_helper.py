@@ -1,7 +1,8 @@
 """The in-container half of the Docker workspace: one POSIX sh script.
 
-Every Workspace method is one `docker exec` of this script (an exec costs
-20-40 ms, so each method does its path check and its work in the same one).
+Every Workspace method is one run of this script (through a command server,
+`sandbox.docker_channel`, or a plain `docker exec`), so each method does its
+path check and its work in the same round trip.
 Paths are resolved *inside the container* with `realpath -m`, so a symlink in
 a hostile repository resolves against the container's filesystem, never the
 host's, and the result must be /workspace or below it. The image has no

@@ -1,0 +1,184 @@
+"""Tool calls in the Docker workspace go through long-lived command servers in
+the container (sandbox.docker_channel): fewer execs, the same results, and no
+way for a hostile command to make a call answer with anything but its own
+output. Real engine, real image, counted through the engine's own events."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from sandbox.docker_channel import MAX_CHANNELS
+from sandbox.workspace import Command
+from tests.support.docker_engine import docker_engine, docker_settings, docker_workspace, tcp_engine  # noqa: F401
+
+pytestmark = pytest.mark.docker
+
+
+def exec_creations(client, container_id: str) -> int:
+    """How many execs the engine has created in the container so far."""
+    events = client.api.events(since=0, until=int(time.time()) + 1, decode=True,
+                               filters={"container": container_id, "event": "exec_create"})
+    return sum(1 for _ in events)
+
+
+def ready(workspace):
+    workspace.after_prepare()
+    workspace.resolve(".")  # waits for the container
+    return workspace
+
+
+def test_many_calls_cost_a_few_execs(docker_engine, docker_workspace):
+    """Forty workspace calls of every kind create at most MAX_CHANNELS execs, not forty."""
+    workspace = ready(docker_workspace)
+    workspace.write_bytes("a.txt", b"alpha\n")
+    for _ in range(10):
+        assert workspace.read_bytes("a.txt", 100).data == b"alpha\n"
+        assert [entry.path for entry in workspace.list_dir(".")] == ["a.txt"]
+        assert workspace.resolve("./a.txt") == "a.txt"
+        assert workspace.run(Command(["cat", "a.txt"])).stdout == b"alpha\n"
+    assert exec_creations(docker_engine, workspace.container_id) <= MAX_CHANNELS
+
+
+def test_servers_work_over_a_tcp_engine(docker_engine, docker_settings, tcp_engine):
+    """Over DOCKER_HOST=tcp:// (a remote engine) calls also go through servers, not an exec each."""
+    from sandbox.docker import DockerWorkspace
+
+    workspace = DockerWorkspace.open("repo", docker_settings, environ=tcp_engine)
+    try:
+        workspace.write_bytes("remote.txt", b"over tcp\n")
+        ready(workspace)
+        for _ in range(10):
+            assert workspace.run(Command(["cat", "remote.txt"])).stdout == b"over tcp\n"
+            assert workspace.read_bytes("remote.txt", 100).data == b"over tcp\n"
+        assert exec_creations(docker_engine, workspace.container_id) <= MAX_CHANNELS
+    finally:
+        workspace.close()
+
+
+def test_arguments_and_output_pass_byte_for_byte(docker_workspace):
+    """Arguments with newlines, spaces, quotes, dashes, non-ASCII and empty strings reach
+    the command unchanged, and binary output (NULs, high bytes, no final newline) comes back whole."""
+    workspace = ready(docker_workspace)
+    arguments = ["two\nlines", " spaced ", "'\"$(x)`y`", "--pre=sh", "", "naïve ☃", "\\n", "*"]
+    result = workspace.run(Command(["printf", "%s\\0", *arguments]))
+    assert result.stdout.split(b"\x00")[:-1] == [a.encode() for a in arguments]
+    binary = bytes(range(256)) * 3
+    workspace.write_bytes("blob.bin", binary)
+    assert workspace.run(Command(["cat", "blob.bin"])).stdout == binary
+    assert workspace.read_bytes("blob.bin", 10_000).data == binary
+
+
+def test_exit_code_stderr_and_caps_are_the_commands_own(docker_workspace):
+    """A command's exit code and stderr come back; output past the cap is cut and
+    flagged while the command still runs to its own end."""
+    workspace = ready(docker_workspace)
+    result = workspace.run(Command(["sh", "-c", "echo out; echo err >&2; exit 7"]))
+    assert (result.exit_code, result.stdout, result.stderr, result.truncated) == (7, b"out\n", b"err\n", False)
+    big = workspace.run(Command(["sh", "-c", "head -c 5000000 /dev/zero; echo done >&2; exit 3"],
+                                max_output_bytes=1000))
+    assert big.stdout == b"\x00" * 1000 and big.truncated
+    assert (big.exit_code, big.stderr) == (3, b"done\n")
+    exact = workspace.run(Command(["head", "-c", "1000", "/dev/zero"], max_output_bytes=1000))
+    assert len(exact.stdout) == 1000 and not exact.truncated
+
+
+def test_each_call_gets_exactly_its_environment(docker_workspace):
+    """A call sees the scrubbed environment plus its own variables, and nothing a
+    previous call was given lingers for the next one."""
+    workspace = ready(docker_workspace)
+    first = workspace.run(Command(["env"], env={"RESEARCH_PROBE": "1"}))
+    names = {line.split("=", 1)[0] for line in first.stdout.decode().splitlines()}
+    assert "RESEARCH_PROBE" in names and "PATH" in names
+    assert not names & {"nonce", "out_cap", "err_cap", "seconds", "argv", "env", "BASH_VERSION"}
+    second = workspace.run(Command(["env"]))
+    assert b"RESEARCH_PROBE" not in second.stdout
+
+
+def test_a_timed_out_call_leaves_the_server_serving(docker_engine, docker_workspace):
+    """A call killed at its timeout reports timed_out, and the calls after it
+    still go through the existing servers."""
+    workspace = ready(docker_workspace)
+    workspace.run(Command(["true"]))
+    before = exec_creations(docker_engine, workspace.container_id)
+    result = workspace.run(Command(["sh", "-c", "echo partial; sleep 30"], timeout_s=1))
+    assert result.timed_out and result.exit_code == 137 and result.stdout == b"partial\n"
+    assert workspace.run(Command(["echo", "next"])).stdout == b"next\n"
+    assert exec_creations(docker_engine, workspace.container_id) == before
+
+
+def test_parallel_calls_each_get_their_own_answer(docker_workspace):
+    """Twelve overlapping calls from threads each get their own output, with no
+    more than MAX_CHANNELS servers open."""
+    workspace = ready(docker_workspace)
+    results: dict[int, bytes] = {}
+
+    def call(number: int) -> None:
+        results[number] = workspace.run(Command(["sh", "-c", f"sleep 0.3; echo {number}"])).stdout
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {n: f"{n}\n".encode() for n in range(12)}
+    assert workspace._channels.open_channels <= MAX_CHANNELS
+
+
+# -- hostile commands ---------------------------------------------------------------------------
+# Commands run as the same user as the servers, so a hostile one can reach
+# them through /proc. It must not be able to change what any call answers.
+KILL_EVERY_BASH = """
+for status in /proc/[0-9]*/status; do
+  case $(head -n 1 "$status") in *bash) pid=${status#/proc/}; kill -9 "${pid%/status}" ;; esac
+done
+echo survived
+"""
+
+# Writes a well-formed reply saying "FORGED" (base64 Rk9SR0VE) into the
+# stdout of every server it can open, and says how many it reached.
+FORGE_REPLIES = """
+forged=0
+for fd in /proc/[0-9]*/fd/1; do
+  pid=${fd#/proc/}; pid=${pid%/fd/1}
+  case $(head -n 1 /proc/$pid/status) in *bash)
+    printf 'R0000\\nRk9SR0VE\\nZ0000 0\\n' 2>/dev/null > "$fd" && forged=$((forged + 1)) ;;
+  esac
+done
+echo "real $forged"
+"""
+
+
+def test_a_command_that_kills_the_servers_still_gets_its_answer(docker_workspace):
+    """Killing every server mid-call costs a retry by plain exec: the call answers
+    with its own output, and later calls work (through new servers)."""
+    workspace = ready(docker_workspace)
+    workspace.write_bytes("kept.txt", b"kept")
+    result = workspace.run(Command(["sh", "-c", KILL_EVERY_BASH]))
+    assert result.stdout == b"survived\n" and result.exit_code == 0
+    for _ in range(3):
+        assert workspace.read_bytes("kept.txt", 10).data == b"kept"
+        assert workspace.run(Command(["echo", "again"])).stdout == b"again\n"
+    assert workspace._channels.open_channels >= 1
+
+
+def test_forged_replies_never_reach_a_caller(docker_workspace):
+    """A command that writes fake replies into every server's stream does not
+    make its own call, or any later call, answer with the forgery."""
+    workspace = ready(docker_workspace)
+    workspace.write_bytes("truth.txt", b"truth")
+    # Open a few servers, so idle ones get forgeries too.
+    threads = [threading.Thread(target=workspace.run, args=(Command(["sleep", "0.3"]),)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    result = workspace.run(Command(["sh", "-c", FORGE_REPLIES]))
+    real, forged = result.stdout.split()
+    assert real == b"real" and int(forged) >= 1  # the attack reached servers
+    for _ in range(MAX_CHANNELS + 1):
+        assert workspace.read_bytes("truth.txt", 10).data == b"truth"
+        assert workspace.run(Command(["cat", "truth.txt"])).stdout == b"truth"
+    assert b"FORGED" not in workspace.run(Command(["cat", "truth.txt"])).stdout
