@@ -2,7 +2,8 @@
 
 Writes are validated as a whole before anything touches the disk, and land
 atomically (a temp file renamed over the old one) with mode 0600, since the
-file may hold API keys.
+file may hold API keys. `set` edits the file with tomlkit, so the user's
+comments, order and formatting survive it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import attrs
 import tomli_w
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
 
 from config.loader import config_from_mapping, parse_toml
 from config.schema import Config
@@ -78,20 +81,25 @@ def set_value(path: Path, dotted_key: str, raw_value: str) -> None:
     if not dotted_key or any(not part for part in keys) or len(keys) < 2:
         raise ConfigError(f"{dotted_key!r} is not a dotted key like defaults.model or models.NAME.model")
     text = path.read_text(encoding="utf-8") if path.exists() else ""
-    document = parse_toml(text, path)
     # Problems already in the file are reported with their real line numbers...
-    config_from_mapping(document, path, text)
+    config_from_mapping(parse_toml(text, path), path, text)
+    try:
+        document = tomlkit.parse(text)
+    except TOMLKitError as exc:  # tomllib accepted it, so this is tomlkit's own limit
+        raise ConfigError(f"{path}: cannot edit this file in place ({exc}); edit it by hand") from None
     table = document
     for part in keys[:-1]:
-        table = table.setdefault(part, {})
+        if part not in table:
+            table[part] = tomlkit.table()
+        table = table[part]
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: {part!r} in {dotted_key!r} is a value, not a table")
     if isinstance(table.get(keys[-1]), dict):
         raise ConfigError(f"{dotted_key!r} is a table; set one of its keys instead")
     table[keys[-1]] = _parse_value(raw_value)
     # ...and the new value's problems by key alone: its line does not exist yet.
-    config_from_mapping(document, path)
-    _write_atomically(path, tomli_w.dumps(document))
+    config_from_mapping(document.unwrap(), path)
+    _write_atomically(path, tomlkit.dumps(document))
 
 
 def init_config(path: Path, force: bool = False) -> None:

@@ -152,6 +152,22 @@ def test_set_validates_before_writing_and_keeps_the_file_on_error(tmp_path):
     assert path.read_bytes() == before
 
 
+def test_set_keeps_comments_order_and_untouched_values(tmp_path):
+    """set on the commented starter changes only the value asked for: every comment,
+    the key order and commented-out examples stay as the user saw them."""
+    path = tmp_path / "config.toml"
+    init_config(path)
+    before = path.read_text()
+    set_value(path, "defaults.max_steps", "40")
+    set_value(path, "web.searxng.url", "http://localhost:8888")
+    after = path.read_text()
+    assert after.replace("max_steps = 40", "max_steps = 25").startswith(before)
+    assert after.count("#") == before.count("#")
+    assert "sandbox = \"local\"        # or \"docker\"" in after
+    config = load_config(path, {})
+    assert config.defaults.max_steps == 40 and config.web.searxng.url == "http://localhost:8888"
+
+
 def test_show_masks_literal_keys_but_shows_references(tmp_path):
     """show never prints a literal key; $VAR and !command references are shown as written."""
     path = write(tmp_path, '[models.a]\nmodel = "openai/x"\napi_key = "sk-secret-literal"\n'
