@@ -74,6 +74,19 @@ def test_a_page_trafilatura_finds_little_in_still_yields_its_text():
     assert "secretToken" not in content and "color:red" not in content
 
 
+def test_a_page_too_large_to_extract_in_time_comes_back_as_its_text(public_server, web_settings):
+    """A 5 MB table page (trafilatura would take over 10 s after the download) comes
+    back as its plain text with a note saying why, every cell and its title intact."""
+    rows = "".join(f"<tr><td>row {n}</td><td>cell-{n}-value</td></tr>\n" for n in range(110_000))
+    html = f"<html><head><title>Big &amp; flat</title></head><body><table>{rows}</table></body></html>"
+    assert len(html) > 4_000_000
+    public_server.add("/huge-table", html)
+    page = fetch_page(public_server.url("/huge-table"), web_settings)
+    assert page.title == "Big & flat"
+    assert "too large to extract its main content in time: shown as plain text" in page.markdown
+    assert "cell-0-value" in page.markdown and "cell-109999-value" in page.markdown
+
+
 def test_gzip_and_deflate_bodies_are_decoded(public_server, web_settings):
     """Compressed responses come out as the same article as the uncompressed one."""
     for path in ("/gzip-article", "/deflate-article"):
