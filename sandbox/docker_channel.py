@@ -1,41 +1,42 @@
 """Long-lived command servers inside the sandbox container.
 
-A `docker exec` costs about 44 ms here before its command does anything (the
+A `docker exec` costs 25-45 ms here before its command does anything (the
 engine spawns every exec through runc), which was most of a tool call. So the
-workspace keeps a few bash processes running in the container, each attached
+workspace keeps a few small servers running in the container, each attached
 to one exec stream, and hands them argvs to run: a call then costs a round
-trip over a stream that is already open and a few forks.
+trip over a stream that is already open and one fork.
 
-A server runs exactly what one exec would have run: the same argv, under
-`timeout -s KILL`, with exactly the environment given (`env -i`), as the same
-user, from `/`. What a command can do is therefore unchanged. What is new is
-state that outlives a call (the server), so the host
-treats every reply as untrusted, as it always treated exec output:
+The server is a page of perl (perl-base is Essential in Debian, so every
+Debian image has it; the image has no Python). It runs exactly what one exec
+would have run: the same argv (which carries its own `timeout`), with exactly
+the environment given, as the same user, from `/`, and it reads stdout and
+stderr apart, keeping the first bytes of each and dropping the rest while the
+command runs to its end, as exec_argv does. What a command can do is therefore
+unchanged. What is new is state that outlives a call (the server), so the
+host treats every reply as untrusted, as it always treated exec output:
 
 - a command never holds the stream: its stdin is /dev/null, its stdout and
-  stderr pipes into `head`; the server's own complaints go to /dev/null;
+  stderr are pipes the server reads; every other descriptor is close-on-exec,
+  and the server's own complaints go to /dev/null;
 - a reply is framed by a nonce the host picks per call and never hands to a
-  command, its output is base64 (so it cannot end a reply early), and no line
-  may be longer than the caps the host asked for allow;
+  command, its output comes in length-prefixed chunks that may not exceed the
+  caps asked for, and it must end with the nonce again;
 - a reply that breaks any of that, or a server that is gone, retires the
   channel and the call is run again by a plain exec, so a command that kills
   its server (or an OOM kill that picks it) costs time, not the run;
 - a reply's bytes are only ever text for the model or paths inside the
-  container, exactly as before: nothing on the host acts on them.
+  container, exactly as before: nothing on the host acts on them otherwise.
 
-Protocol: the host writes NUL-terminated fields: nonce, stdout cap, stderr
-cap, seconds, the number of environment entries, the entries, the number of
-arguments, the arguments. On the stream's stdout the server answers
-`R<nonce>`, the command's stdout in base64, `Z<nonce> <exit code>`, a line
-each; on the stream's stderr, `E<nonce> ` and the command's stderr in base64,
-one line. Nothing is buffered in the container: output streams through
-`head` and `base64` as the command writes it.
+Protocol, all on the stream's stdout: the host writes NUL-terminated fields
+(nonce, stdout cap, stderr cap, the number of environment entries, the
+entries, the number of arguments, the arguments); the server answers
+`R<nonce>\n`, then chunks `O<n>\n` or `E<n>\n` followed by n bytes of the
+command's stdout or stderr, then `Z<nonce> <exit code>\n`. When it cannot
+fork, it answers `F<nonce>\n` alone. Nothing is buffered in the container.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import secrets
 import threading
 import time
@@ -45,45 +46,97 @@ from dispatcher.errors import SandboxError
 from sandbox.docker_engine import translated
 from sandbox.docker_exec import ExecOutcome, FrameReader, exec_argv, start_exec
 
-# What the host waits for a reply beyond the server's own timeout on the call.
-REPLY_GRACE_S = 2.0
 # How long a new server may take to say it is ready.
 OPEN_TIMEOUT_S = 10.0
 # Servers kept per container: calls beyond this many at once use plain execs.
 MAX_CHANNELS = 4
 # Failed attempts to open a server after which a workspace stops trying.
 MAX_OPEN_FAILURES = 3
-_MAX_LINE_BYTES = 128  # READY, and the line that ends a reply
-_STDOUT, _STDERR = 1, 2
+_MAX_LINE_BYTES = 64  # every line of the protocol is shorter
+_STDOUT = 1
 
 SERVER = r"""
-# fd 4 is the stream's stderr, for replies; bash's own complaints go nowhere.
-exec 4>&2 2>/dev/null
-field() { IFS= read -r -d '' "$1"; }
-number() { case $1 in ''|*[!0-9]*) exit 3 ;; esac; }
-printf 'READY\n'
-while field nonce; do
-  field out_cap && field err_cap && field seconds && field count || exit 3
-  number "$out_cap"; number "$err_cap"; number "$count"
-  env=()
-  while (( ${#env[@]} < count )); do field item || exit 3; env+=("$item"); done
-  field count || exit 3; number "$count"
-  argv=()
-  while (( ${#argv[@]} < count )); do field item || exit 3; argv+=("$item"); done
-  (( ${#argv[@]} > 0 )) || exit 3
-  printf 'R%s\n' "$nonce"
-  # Each stream: head keeps the first bytes, base64 makes them one line that
-  # cannot look like the end of the reply, and cat drains the rest so the
-  # command runs to its own end (and exit code) however much it prints.
-  # (Redirections apply in order: the process substitution must be made
-  # before fd 4 is closed for the command.)
-  timeout -s KILL "$seconds" env -i "${env[@]}" "${argv[@]}" \
-    2> >(printf 'E%s ' "$nonce" >&4; { head -c "$err_cap" | base64 -w 0; cat >/dev/null; } >&4; printf '\n' >&4) \
-    </dev/null 4>&- | { head -c "$out_cap" | base64 -w 0; cat >/dev/null; } 4>&-
-  status=${PIPESTATUS[0]}
-  wait $!
-  printf '\nZ%s %s\n' "$nonce" "$status"
-done
+use strict;
+use POSIX ();
+open(STDERR, '>', '/dev/null');
+binmode(STDIN);
+binmode(STDOUT);
+
+sub put {  # write all of it, or stop: the host has hung up
+    my ($data) = @_;
+    for (my $done = 0; $done < length $data;) {
+        my $wrote = syswrite(STDOUT, $data, length($data) - $done, $done);
+        exit 0 unless defined $wrote;
+        $done += $wrote;
+    }
+}
+sub field {
+    local $/ = "\0";
+    my $value = <STDIN>;
+    exit 0 unless defined $value;
+    chomp($value) or exit 3;
+    return $value;
+}
+sub number {
+    my $value = field();
+    $value =~ /\A[0-9]{1,12}\z/ or exit 3;
+    return $value;
+}
+
+put("READY\n");
+while (1) {
+    my $nonce = field();
+    my ($out_cap, $err_cap) = (number(), number());
+    my @env = map { field() } 1 .. number();
+    my @argv = map { field() } 1 .. number();
+    @argv or exit 3;
+    pipe(my $out_read, my $out_write) and pipe(my $err_read, my $err_write) or exit 3;
+    my $pid = fork();
+    if (!defined $pid) {  # no process to spare: the host runs it by a plain exec
+        put("F$nonce\n");
+        next;
+    }
+    if ($pid == 0) {
+        # Only the fds given here survive the exec: perl opens every other
+        # one (the pipes' other ends too) close-on-exec.
+        open(STDIN, '<', '/dev/null');
+        open(STDOUT, '>&', $out_write);
+        open(STDERR, '>&', $err_write);
+        %ENV = map { split(/=/, $_, 2) } @env;
+        { exec { $argv[0] } @argv; }
+        print STDERR "$argv[0]: $!\n";
+        POSIX::_exit(127);
+    }
+    close($out_write);
+    close($err_write);
+    put("R$nonce\n");
+    my %open = (fileno($out_read) => [$out_read, 'O', $out_cap], fileno($err_read) => [$err_read, 'E', $err_cap]);
+    while (%open) {
+        my $wanted = '';
+        vec($wanted, $_, 1) = 1 for keys %open;
+        next if select(my $ready = $wanted, undef, undef, undef) < 0;
+        for my $fd (keys %open) {
+            next unless vec($ready, $fd, 1);
+            my $stream = $open{$fd};
+            my $got = sysread($stream->[0], my $data, 65536);
+            if (!$got) {
+                delete $open{$fd};
+                next;
+            }
+            # Past its cap a stream is read and dropped, so the command runs
+            # to its own end (and exit code) however much it prints.
+            my $keep = $got < $stream->[2] ? $got : $stream->[2];
+            next unless $keep > 0;
+            $stream->[2] -= $keep;
+            put($stream->[1] . $keep . "\n" . substr($data, 0, $keep));
+        }
+    }
+    close($out_read);
+    close($err_read);
+    waitpid($pid, 0);
+    my $code = POSIX::WIFSIGNALED($?) ? 128 + POSIX::WTERMSIG($?) : POSIX::WEXITSTATUS($?);
+    put("Z$nonce $code\n");
+}
 """
 
 
@@ -97,14 +150,13 @@ class Channel:
     def __init__(self, response, frames: FrameReader) -> None:
         self._response = response
         self._frames = frames
-        # Bytes received per stream and not yet parsed.
-        self._received = {_STDOUT: b"", _STDERR: b""}
+        self._received = bytearray()  # stdout bytes received and not yet parsed
 
     @classmethod
     def open(cls, api, container_id: str, *, user: str, environment: Mapping[str, str]) -> "Channel":
         """Start a server; raises ChannelBroken if it does not come up."""
         with translated("start a command server in the sandbox container"):
-            exec_id = api.exec_create(container_id, ["bash", "-c", SERVER], stdin=True, stdout=True,
+            exec_id = api.exec_create(container_id, ["perl", "-e", SERVER], stdin=True, stdout=True,
                                       stderr=True, tty=False, user=user, workdir="/",
                                       environment=dict(environment))["Id"]
             response = start_exec(api, exec_id)
@@ -112,7 +164,7 @@ class Channel:
         try:
             if not channel._frames.can_send:
                 raise ChannelBroken("this engine connection cannot write to an exec")
-            if channel._read_line(_STDOUT, _MAX_LINE_BYTES) != b"READY":
+            if channel._read_line() != b"READY":
                 raise ChannelBroken("the command server did not start")
         except _DeadlinePassed:
             channel.close()
@@ -124,39 +176,49 @@ class Channel:
 
     def call(self, argv: Sequence[str], *, environment: Mapping[str, str], deadline_s: float,
              max_stdout_bytes: int, max_stderr_bytes: int) -> ExecOutcome:
-        """Run `argv` as exec_argv would. A reply that does not come within
-        `deadline_s` (plus a grace for the reply itself) gives an outcome with
-        `deadline_passed`, and the channel must then be closed."""
-        if not argv or "=" in argv[0]:  # env(1) would take it for an assignment
-            raise ValueError(f"cannot run {argv[:1]!r} through a command server")
+        """Run `argv` as exec_argv would. A reply that does not end within
+        `deadline_s` gives an outcome with `deadline_passed` and what arrived
+        by then, and the channel must then be closed. Raises
+        NotStarted when the server could not start the command (no process
+        to spare): the channel is fine, the call needs a plain exec."""
+        if not argv:
+            raise ValueError("cannot run an empty argv")
         nonce = secrets.token_hex(8).encode()
-        fields = [nonce, str(max_stdout_bytes + 1).encode(), str(max_stderr_bytes).encode(),
-                  f"{deadline_s:.3f}".encode(), str(len(environment)).encode(),
+        out_cap = max_stdout_bytes + 1  # one byte more tells a cut from an exact fit
+        fields = [nonce, str(out_cap).encode(), str(max_stderr_bytes).encode(),
+                  str(len(environment)).encode(),
                   *(f"{name}={value}".encode() for name, value in environment.items()),
                   str(len(argv)).encode(), *(arg.encode("utf-8", "surrogateescape") for arg in argv)]
         if any(b"\x00" in field for field in fields):
             raise ValueError("a command server cannot pass a NUL byte")
         started = time.monotonic()
-        self._frames.deadline = started + deadline_s + REPLY_GRACE_S
+        self._frames.deadline = started + deadline_s
         try:
             self._frames.send(b"".join(field + b"\x00" for field in fields))
         except OSError as exc:
             raise ChannelBroken(f"cannot write to the command server: {exc}") from exc
+        output = {b"O": bytearray(), b"E": bytearray()}
+        caps = {b"O": out_cap, b"E": max_stderr_bytes}
         try:
-            self._expect(_STDOUT, b"R" + nonce)
-            stdout = self._decoded(self._read_line(_STDOUT, _encoded_size(max_stdout_bytes + 1)))
-            exit_code = self._exit_code(self._read_line(_STDOUT, _MAX_LINE_BYTES), nonce)
-            prefix = b"E" + nonce + b" "
-            line = self._read_line(_STDERR, len(prefix) + _encoded_size(max_stderr_bytes))
-            if not line.startswith(prefix):
+            first = self._read_line()
+            if first == b"F" + nonce:
+                raise NotStarted
+            if first != b"R" + nonce:
                 raise ChannelBroken("the command server's reply is garbled")
-            stderr = self._decoded(line[len(prefix):])
+            while True:
+                line = self._read_line()
+                tag, size = line[:1], line[1:]
+                if tag in output and size.isdigit() and 0 < int(size) <= caps[tag] - len(output[tag]):
+                    output[tag] += self._read_exactly(int(size))
+                    continue
+                exit_code = _exit_code(line, nonce)
+                break
         except _DeadlinePassed:
-            return ExecOutcome(exit_code=None, stdout=b"", stderr=b"", stdout_overflowed=False,
+            return ExecOutcome(exit_code=None, stdout=bytes(output[b"O"][:max_stdout_bytes]),
+                               stderr=bytes(output[b"E"]), stdout_overflowed=len(output[b"O"]) > max_stdout_bytes,
                                deadline_passed=True, elapsed_s=time.monotonic() - started)
-        if len(stdout) > max_stdout_bytes + 1 or len(stderr) > max_stderr_bytes:
-            raise ChannelBroken("the command server sent more than was asked for")
-        return ExecOutcome(exit_code=exit_code, stdout=stdout[:max_stdout_bytes], stderr=stderr,
+        stdout = bytes(output[b"O"])
+        return ExecOutcome(exit_code=exit_code, stdout=stdout[:max_stdout_bytes], stderr=bytes(output[b"E"]),
                            stdout_overflowed=len(stdout) > max_stdout_bytes, deadline_passed=False,
                            elapsed_s=time.monotonic() - started)
 
@@ -169,36 +231,22 @@ class Channel:
             pass
 
     # -- reading the reply ---------------------------------------------------------
-    def _expect(self, stream: int, wanted: bytes) -> None:
-        if self._read_line(stream, len(wanted)) != wanted:
-            raise ChannelBroken("the command server's reply is garbled")
-
-    @staticmethod
-    def _exit_code(line: bytes, nonce: bytes) -> int:
-        tag, _, code = line.partition(b" ")
-        if tag != b"Z" + nonce or not code.isdigit():
-            raise ChannelBroken("the command server's reply did not end as it began")
-        return int(code)
-
-    @staticmethod
-    def _decoded(line: bytes) -> bytes:
-        try:
-            return base64.b64decode(line, validate=True)
-        except binascii.Error:
-            raise ChannelBroken("the command server's reply is garbled") from None
-
-    def _read_line(self, stream: int, max_bytes: int) -> bytes:
-        """The next line on `stream`, without its newline, if it is no longer than `max_bytes`."""
-        searched = 0
-        while (newline := self._received[stream].find(b"\n", searched)) < 0:
-            searched = len(self._received[stream])
-            if searched > max_bytes:
-                raise ChannelBroken("the command server sent more than was asked for")
+    def _read_line(self) -> bytes:
+        """The next line, without its newline; every line of the protocol is short."""
+        while (newline := self._received.find(b"\n")) < 0:
+            if len(self._received) > _MAX_LINE_BYTES:
+                raise ChannelBroken("the command server's reply is garbled")
             self._receive()
-        line, self._received[stream] = self._received[stream][:newline], self._received[stream][newline + 1:]
-        if len(line) > max_bytes:
-            raise ChannelBroken("the command server sent more than was asked for")
-        return line
+        line, self._received = self._received[:newline], self._received[newline + 1:]
+        if len(line) > _MAX_LINE_BYTES:
+            raise ChannelBroken("the command server's reply is garbled")
+        return bytes(line)
+
+    def _read_exactly(self, count: int) -> bytes:
+        while len(self._received) < count:
+            self._receive()
+        data, self._received = self._received[:count], self._received[count:]
+        return bytes(data)
 
     def _receive(self) -> None:
         try:
@@ -210,13 +258,19 @@ class Channel:
                 raise _DeadlinePassed
             raise ChannelBroken("the command server exited")
         kind, data = frame
-        if kind in self._received:
-            self._received[kind] += data
+        if kind == _STDOUT:  # the server's stderr is /dev/null: anything there is noise
+            self._received += data
 
 
-def _encoded_size(count: int) -> int:
-    """Length of `count` bytes in base64."""
-    return 4 * ((count + 2) // 3)
+def _exit_code(line: bytes, nonce: bytes) -> int:
+    tag, _, code = line.partition(b" ")
+    if tag != b"Z" + nonce or not code.isdigit():
+        raise ChannelBroken("the command server's reply is garbled")
+    return int(code)
+
+
+class NotStarted(Exception):
+    """The server could not fork the command; the call needs a plain exec."""
 
 
 class _DeadlinePassed(Exception):
@@ -259,7 +313,7 @@ class ChannelPool:
                                        max_stdout_bytes=max_stdout_bytes, max_stderr_bytes=max_stderr_bytes)
             except ChannelBroken:
                 self._retire(channel)
-            except ValueError:  # not something a server can pass: an exec reports it
+            except (NotStarted, ValueError):  # an exec starts it, or reports why not
                 self._give_back(channel)
             else:
                 if outcome.deadline_passed:

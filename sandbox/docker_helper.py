@@ -5,8 +5,8 @@ Every Workspace method is one run of this script (through a command server,
 path check and its work in the same round trip.
 Paths are resolved *inside the container* with `realpath -m`, so a symlink in
 a hostile repository resolves against the container's filesystem, never the
-host's, and the result must be /workspace or below it. The image has no
-Python: coreutils, findutils and sh only.
+host's, and the result must be /workspace or below it. The script needs only sh,
+coreutils and findutils.
 
 Protocol: stdout starts with 'O' followed by the operation's output, or with
 'E' followed by one of the status codes below and nothing else. For `run`, the

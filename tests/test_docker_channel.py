@@ -11,6 +11,8 @@ import time
 import pytest
 
 from sandbox.docker_channel import MAX_CHANNELS
+from sandbox.docker_container import CONTAINER_HOME
+from sandbox.environment import scrubbed_environment
 from sandbox.workspace import Command
 from tests.support.docker_engine import docker_engine, docker_settings, docker_workspace, tcp_engine  # noqa: F401
 
@@ -92,7 +94,9 @@ def test_each_call_gets_exactly_its_environment(docker_workspace):
     first = workspace.run(Command(["env"], env={"RESEARCH_PROBE": "1"}))
     names = {line.split("=", 1)[0] for line in first.stdout.decode().splitlines()}
     assert "RESEARCH_PROBE" in names and "PATH" in names
-    assert not names & {"nonce", "out_cap", "err_cap", "seconds", "argv", "env", "BASH_VERSION"}
+    # Exactly the scrubbed environment, the call's own variable, and what sh sets on cd.
+    expected = set(scrubbed_environment(home=CONTAINER_HOME, source={})) | {"PATH", "RESEARCH_PROBE", "PWD", "OLDPWD"}
+    assert names == expected
     second = workspace.run(Command(["env"]))
     assert b"RESEARCH_PROBE" not in second.stdout
 
@@ -130,25 +134,32 @@ def test_parallel_calls_each_get_their_own_answer(docker_workspace):
 # -- hostile commands ---------------------------------------------------------------------------
 # Commands run as the same user as the servers, so a hostile one can reach
 # them through /proc. It must not be able to change what any call answers.
-KILL_EVERY_BASH = """
+# Kills every command server (perl) it can see, tallying the kills in /tmp,
+# since the call that reports back may be the retry that found none left.
+KILL_EVERY_SERVER = """
 for status in /proc/[0-9]*/status; do
-  case $(head -n 1 "$status") in *bash) pid=${status#/proc/}; kill -9 "${pid%/status}" ;; esac
+  case $(head -n 1 "$status") in *perl)
+    pid=${status#/proc/}; kill -9 "${pid%/status}" && echo killed >> /tmp/tally ;;
+  esac
 done
 echo survived
 """
 
-# Writes a well-formed reply saying "FORGED" (base64 Rk9SR0VE) into the
-# stdout of every server it can open, and says how many it reached.
+# Writes a well-formed reply saying "FORGED" into the stdout of every server it
+# can open (its own included), tallying the forgeries in /tmp.
 FORGE_REPLIES = """
-forged=0
 for fd in /proc/[0-9]*/fd/1; do
   pid=${fd#/proc/}; pid=${pid%/fd/1}
-  case $(head -n 1 /proc/$pid/status) in *bash)
-    printf 'R0000\\nRk9SR0VE\\nZ0000 0\\n' 2>/dev/null > "$fd" && forged=$((forged + 1)) ;;
+  case $(head -n 1 /proc/$pid/status) in *perl)
+    printf 'R0000\\nO6\\nFORGEDZ0000 0\\n' 2>/dev/null > "$fd" && echo forged >> /tmp/tally ;;
   esac
 done
-echo "real $forged"
+echo real
 """
+
+
+def tally(workspace) -> bytes:
+    return workspace.run(Command(["sh", "-c", "cat /tmp/tally 2>/dev/null | wc -l"])).stdout.strip()
 
 
 def test_a_command_that_kills_the_servers_still_gets_its_answer(docker_workspace):
@@ -156,8 +167,9 @@ def test_a_command_that_kills_the_servers_still_gets_its_answer(docker_workspace
     with its own output, and later calls work (through new servers)."""
     workspace = ready(docker_workspace)
     workspace.write_bytes("kept.txt", b"kept")
-    result = workspace.run(Command(["sh", "-c", KILL_EVERY_BASH]))
+    result = workspace.run(Command(["sh", "-c", KILL_EVERY_SERVER]))
     assert result.stdout == b"survived\n" and result.exit_code == 0
+    assert int(tally(workspace)) >= 1  # the attack did kill servers
     for _ in range(3):
         assert workspace.read_bytes("kept.txt", 10).data == b"kept"
         assert workspace.run(Command(["echo", "again"])).stdout == b"again\n"
@@ -176,9 +188,8 @@ def test_forged_replies_never_reach_a_caller(docker_workspace):
     for thread in threads:
         thread.join()
     result = workspace.run(Command(["sh", "-c", FORGE_REPLIES]))
-    real, forged = result.stdout.split()
-    assert real == b"real" and int(forged) >= 1  # the attack reached servers
+    assert result.stdout == b"real\n"
+    assert int(tally(workspace)) >= 1  # the attack did reach servers
     for _ in range(MAX_CHANNELS + 1):
         assert workspace.read_bytes("truth.txt", 10).data == b"truth"
         assert workspace.run(Command(["cat", "truth.txt"])).stdout == b"truth"
-    assert b"FORGED" not in workspace.run(Command(["cat", "truth.txt"])).stdout
