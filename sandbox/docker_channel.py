@@ -48,8 +48,10 @@ from sandbox.docker_exec import ExecOutcome, FrameReader, exec_argv, start_exec
 
 # How long a new server may take to say it is ready.
 OPEN_TIMEOUT_S = 10.0
-# Servers kept per container: calls beyond this many at once use plain execs.
-MAX_CHANNELS = 4
+# Servers kept per container (one perl process of about 5 MB each): as many as
+# the agent runs tool calls at once (dispatcher.agent.DEFAULT_MAX_PARALLEL_TOOLS);
+# calls beyond this many at once use plain execs.
+MAX_CHANNELS = 8
 # Failed attempts to open a server after which a workspace stops trying.
 MAX_OPEN_FAILURES = 3
 _MAX_LINE_BYTES = 64  # every line of the protocol is shorter
