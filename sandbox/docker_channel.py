@@ -1,6 +1,6 @@
 """Long-lived command servers inside the sandbox container.
 
-A `docker exec` costs 25-45 ms here before its command does anything (the
+A `docker exec` costs 16-45 ms here before its command does anything (the
 engine spawns every exec through runc), which was most of a tool call. So the
 workspace keeps a few small servers running in the container, each attached
 to one exec stream, and hands them argvs to run: a call then costs a round
@@ -18,12 +18,15 @@ host treats every reply as untrusted, as it always treated exec output:
 - a command never holds the stream: its stdin is /dev/null, its stdout and
   stderr are pipes the server reads; every other descriptor is close-on-exec,
   and the server's own complaints go to /dev/null;
+- the server makes itself non-dumpable, so a command of the same uid cannot
+  open its stream through /proc/<pid>/fd to read requests or write replies;
 - a reply is framed by a nonce the host picks per call and never hands to a
   command, its output comes in length-prefixed chunks that may not exceed the
   caps asked for, and it must end with the nonce again;
 - a reply that breaks any of that, or a server that is gone, retires the
-  channel and the call is run again by a plain exec, so a command that kills
-  its server (or an OOM kill that picks it) costs time, not the run;
+  channel and the call is run again by a plain exec in the time it has left,
+  so a command that kills its server (or an OOM kill that picks it) costs
+  time, not the run;
 - a reply's bytes are only ever text for the model or paths inside the
   container, exactly as before: nothing on the host acts on them otherwise.
 
@@ -46,23 +49,38 @@ from dispatcher.errors import SandboxError
 from sandbox.docker_engine import translated
 from sandbox.docker_exec import ExecOutcome, FrameReader, exec_argv, start_exec
 
-# How long a new server may take to say it is ready.
-OPEN_TIMEOUT_S = 10.0
+# How long a new server may take to say it is ready (it takes about 40 ms).
+OPEN_TIMEOUT_S = 5.0
 # Servers kept per container (one perl process of about 5 MB each): as many as
 # the agent runs tool calls at once (dispatcher.agent.DEFAULT_MAX_PARALLEL_TOOLS);
 # calls beyond this many at once use plain execs.
 MAX_CHANNELS = 8
 # Failed attempts to open a server after which a workspace stops trying.
 MAX_OPEN_FAILURES = 3
+# How long a server may take to acknowledge a call before it is given up.
+ACK_TIMEOUT_S = 2.0
+# How long a command's output may stay open after it exits (a background child
+# holding it), as the engine allows a plain exec: then the call ends.
+DRAIN_S = 2.0
 _MAX_LINE_BYTES = 64  # every line of the protocol is shorter
 _STDOUT = 1
 
 SERVER = r"""
 use strict;
 use POSIX ();
+use Time::HiRes ();
 open(STDERR, '>', '/dev/null');
 binmode(STDIN);
 binmode(STDOUT);
+
+# Not dumpable: /proc/<this server>/fd, mem and environ become root's, so a
+# command of the same uid cannot read requests (nonces) off our stdin or write
+# replies into our stdout. A command gets its own dumpable state back at exec.
+# prctl(PR_SET_DUMPABLE=4, 0); its syscall number depends on the architecture.
+my %prctl = (x86_64 => 157, aarch64 => 167, riscv64 => 167, armv7l => 172, i686 => 172,
+             ppc64le => 171, s390x => 172);
+my $prctl = $prctl{(POSIX::uname())[4]};
+defined($prctl) && syscall($prctl, 4, 0, 0, 0, 0) == 0 or exit 4;
 
 sub put {  # write all of it, or stop: the host has hung up
     my ($data) = @_;
@@ -113,10 +131,19 @@ while (1) {
     close($err_write);
     put("R$nonce\n");
     my %open = (fileno($out_read) => [$out_read, 'O', $out_cap], fileno($err_read) => [$err_read, 'E', $err_cap]);
+    my ($status, $exited);
     while (%open) {
+        # A command may leave a background child holding its output: once the
+        # command has exited, its streams get as long as a plain exec gives
+        # them (DRAIN_S) and are then closed.
+        if (!defined $exited && waitpid($pid, POSIX::WNOHANG()) == $pid) {
+            ($status, $exited) = ($?, Time::HiRes::time());
+        }
+        my $wait = defined $exited ? $exited + @DRAIN_S@ - Time::HiRes::time() : 0.1;
+        last if $wait <= 0;
         my $wanted = '';
         vec($wanted, $_, 1) = 1 for keys %open;
-        next if select(my $ready = $wanted, undef, undef, undef) < 0;
+        next if select(my $ready = $wanted, undef, undef, $wait) <= 0;
         for my $fd (keys %open) {
             next unless vec($ready, $fd, 1);
             my $stream = $open{$fd};
@@ -135,11 +162,14 @@ while (1) {
     }
     close($out_read);
     close($err_read);
-    waitpid($pid, 0);
-    my $code = POSIX::WIFSIGNALED($?) ? 128 + POSIX::WTERMSIG($?) : POSIX::WEXITSTATUS($?);
+    if (!defined $exited) {
+        waitpid($pid, 0);
+        $status = $?;
+    }
+    my $code = POSIX::WIFSIGNALED($status) ? 128 + POSIX::WTERMSIG($status) : POSIX::WEXITSTATUS($status);
     put("Z$nonce $code\n");
 }
-"""
+""".replace("@DRAIN_S@", str(DRAIN_S))
 
 
 class ChannelBroken(Exception):
@@ -155,14 +185,16 @@ class Channel:
         self._received = bytearray()  # stdout bytes received and not yet parsed
 
     @classmethod
-    def open(cls, api, container_id: str, *, user: str, environment: Mapping[str, str]) -> "Channel":
-        """Start a server; raises ChannelBroken if it does not come up."""
+    def open(cls, api, container_id: str, *, user: str, environment: Mapping[str, str],
+             timeout_s: float = OPEN_TIMEOUT_S, program: Sequence[str] = ("perl", "-e", SERVER)) -> "Channel":
+        """Start a server (`program` is for tests that play a lying one);
+        raises ChannelBroken if it does not come up."""
         with translated("start a command server in the sandbox container"):
-            exec_id = api.exec_create(container_id, ["perl", "-e", SERVER], stdin=True, stdout=True,
+            exec_id = api.exec_create(container_id, list(program), stdin=True, stdout=True,
                                       stderr=True, tty=False, user=user, workdir="/",
                                       environment=dict(environment))["Id"]
             response = start_exec(api, exec_id)
-        channel = cls(response, FrameReader(response, deadline=time.monotonic() + OPEN_TIMEOUT_S))
+        channel = cls(response, FrameReader(response, deadline=time.monotonic() + timeout_s))
         try:
             if not channel._frames.can_send:
                 raise ChannelBroken("this engine connection cannot write to an exec")
@@ -194,19 +226,26 @@ class Channel:
         if any(b"\x00" in field for field in fields):
             raise ValueError("a command server cannot pass a NUL byte")
         started = time.monotonic()
-        self._frames.deadline = started + deadline_s
+        self._frames.deadline = started + min(deadline_s, ACK_TIMEOUT_S)
         try:
             self._frames.send(b"".join(field + b"\x00" for field in fields))
         except OSError as exc:
             raise ChannelBroken(f"cannot write to the command server: {exc}") from exc
         output = {b"O": bytearray(), b"E": bytearray()}
         caps = {b"O": out_cap, b"E": max_stderr_bytes}
+        # A live server acknowledges at once; one that does not (stopped,
+        # wedged) is given up early, so the call keeps time for a plain exec.
+        self._frames.deadline = min(started + ACK_TIMEOUT_S, started + deadline_s)
         try:
             first = self._read_line()
-            if first == b"F" + nonce:
-                raise NotStarted
-            if first != b"R" + nonce:
-                raise ChannelBroken("the command server's reply is garbled")
+        except _DeadlinePassed:
+            raise ChannelBroken("the command server did not acknowledge the call") from None
+        if first == b"F" + nonce:
+            raise NotStarted
+        if first != b"R" + nonce:
+            raise ChannelBroken("the command server's reply is garbled")
+        self._frames.deadline = started + deadline_s
+        try:
             while True:
                 line = self._read_line()
                 tag, size = line[:1], line[1:]
@@ -307,24 +346,36 @@ class ChannelPool:
 
     def run(self, argv: Sequence[str], *, environment: Mapping[str, str], deadline_s: float,
             max_stdout_bytes: int, max_stderr_bytes: int, want_exit_code: bool = True) -> ExecOutcome:
-        """Run `argv` in the container, through a server when one is free."""
-        channel = self._take()
+        """Run `argv` in the container, through a server when one is free,
+        all within `deadline_s` (opening a server and any retry included)."""
+        give_up = time.monotonic() + deadline_s
+        channel = self._take(open_timeout_s=min(OPEN_TIMEOUT_S, deadline_s))
         if channel is not None:
             try:
-                outcome = channel.call(argv, environment=environment, deadline_s=deadline_s,
+                outcome = channel.call(argv, environment=environment, deadline_s=give_up - time.monotonic(),
                                        max_stdout_bytes=max_stdout_bytes, max_stderr_bytes=max_stderr_bytes)
             except ChannelBroken:
+                # Run again by a plain exec, in the time left: every command the
+                # workspace runs only reads (or is mkdir -p), so a second run is
+                # safe, and a killed server costs the call time, not the run.
                 self._retire(channel)
             except (NotStarted, ValueError):  # an exec starts it, or reports why not
                 self._give_back(channel)
+            except BaseException:  # an interrupt mid-reply: the stream is in an unknown state
+                self._retire(channel)
+                raise
             else:
                 if outcome.deadline_passed:
                     self._retire(channel)
                 else:
                     self._give_back(channel)
                 return outcome
+        left = give_up - time.monotonic()
+        if left <= 0:
+            return ExecOutcome(exit_code=None, stdout=b"", stderr=b"", stdout_overflowed=False,
+                               deadline_passed=True, elapsed_s=deadline_s)
         return exec_argv(self._api, self._container_id(), argv, user=self._user, workdir="/",
-                         environment=environment, deadline_s=deadline_s, max_stdout_bytes=max_stdout_bytes,
+                         environment=environment, deadline_s=left, max_stdout_bytes=max_stdout_bytes,
                          max_stderr_bytes=max_stderr_bytes, want_exit_code=want_exit_code)
 
     def close(self) -> None:
@@ -340,7 +391,7 @@ class ChannelPool:
         with self._lock:
             return self._count
 
-    def _take(self) -> Channel | None:
+    def _take(self, open_timeout_s: float = OPEN_TIMEOUT_S) -> Channel | None:
         with self._lock:
             if self._closed:
                 return None
@@ -350,7 +401,8 @@ class ChannelPool:
                 return None
             self._count += 1
         try:
-            return Channel.open(self._api, self._container_id(), user=self._user, environment=self._environment)
+            return Channel.open(self._api, self._container_id(), user=self._user, environment=self._environment,
+                                timeout_s=open_timeout_s)
         except (ChannelBroken, SandboxError, OSError):
             # The plain exec that follows reports a real problem (the container
             # gone) in its own words; a server that cannot start only costs speed.

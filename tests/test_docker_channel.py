@@ -113,6 +113,15 @@ def test_a_timed_out_call_leaves_the_server_serving(docker_engine, docker_worksp
     assert exec_creations(docker_engine, workspace.container_id) == before
 
 
+def test_a_background_child_holding_the_output_ends_the_call_soon_after_the_command(docker_workspace):
+    """A command that exits leaving a child with its stdout open answers with its own
+    exit code a moment later, as a plain exec does, instead of running into its timeout."""
+    workspace = ready(docker_workspace)
+    result = workspace.run(Command(["sh", "-c", "echo started; sleep 60 &"], timeout_s=20))
+    assert (result.exit_code, result.stdout, result.timed_out) == (0, b"started\n", False)
+    assert workspace.run(Command(["echo", "next"])).stdout == b"next\n"
+
+
 def test_parallel_calls_each_get_their_own_answer(docker_workspace):
     """Twelve overlapping calls from threads each get their own output, with no
     more than MAX_CHANNELS servers open."""
@@ -145,16 +154,55 @@ done
 echo survived
 """
 
-# Writes a well-formed reply saying "FORGED" into the stdout of every server it
-# can open (its own included), tallying the forgeries in /tmp.
-FORGE_REPLIES = """
-for fd in /proc/[0-9]*/fd/1; do
-  pid=${fd#/proc/}; pid=${pid%/fd/1}
-  case $(head -n 1 /proc/$pid/status) in *perl)
-    printf 'R0000\\nO6\\nFORGEDZ0000 0\\n' 2>/dev/null > "$fd" && echo forged >> /tmp/tally ;;
+# A server that lies: it reads each request and answers in the way its
+# argument names, where only "honest" keeps the protocol.
+LYING_SERVER = r"""
+binmode(STDIN); binmode(STDOUT); $| = 1;
+my $how = shift;
+print "READY\n";
+local $/ = "\0";
+sub field { my $v = <STDIN>; exit 0 unless defined $v; chomp $v; $v }
+while (1) {
+    my ($nonce, $out_cap) = (field(), field());
+    field();
+    field() for 1 .. field();
+    field() for 1 .. field();
+    my $too_much = $out_cap + 1;
+    print $how eq "honest"      ? "R$nonce\nO6\nHONESTZ$nonce 0\n"
+        : $how eq "other-nonce" ? "R0000\nO6\nFORGEDZ0000 0\n"
+        : $how eq "wrong-end"   ? "R$nonce\nO6\nFORGEDZ0000 0\n"
+        : $how eq "over-cap"    ? "R$nonce\nO$too_much\n" . ("x" x $too_much) . "Z$nonce 0\n"
+        : $how eq "long-line"   ? "R$nonce\n" . ("O" x 100_000) . "\n"
+        :                         "R$nonce\nQ6\nFORGEDZ$nonce 0\n";
+}
+"""
+
+
+# Tries to open every server's stdin and stdout through /proc, printing one
+# line per attempt: "opened" or "denied".
+PEEK_AT_SERVERS = """
+for status in /proc/[0-9]*/status; do
+  case $(head -n 1 "$status") in *perl)
+    fd=${status%/status}/fd
+    for n in 0 1; do
+      # (true, not ':': a failed redirection on a special builtin ends sh)
+      if true < "$fd/$n" 2>/dev/null || true > "$fd/$n" 2>/dev/null; then echo opened; else echo denied; fi
+    done ;;
   esac
 done
-echo real
+"""
+
+# Stops every command server except its own (the parent of its timeout).
+STOP_OTHER_SERVERS = """
+own=$(awk '/^PPid/ {print $2}' /proc/$PPID/status)
+stopped=0
+for status in /proc/[0-9]*/status; do
+  pid=${status#/proc/}; pid=${pid%/status}
+  case $(head -n 1 "$status") in *perl)
+    [ "$pid" = "$own" ] || { kill -STOP "$pid" && stopped=$((stopped + 1)); } ;;
+  esac
+done
+echo "stopped $stopped"
 """
 
 
@@ -176,20 +224,59 @@ def test_a_command_that_kills_the_servers_still_gets_its_answer(docker_workspace
     assert workspace._channels.open_channels >= 1
 
 
-def test_forged_replies_never_reach_a_caller(docker_workspace):
-    """A command that writes fake replies into every server's stream does not
-    make its own call, or any later call, answer with the forgery."""
+def test_a_command_cannot_open_a_servers_stream(docker_workspace):
+    """The servers are not dumpable: a command of the same uid can neither read their
+    requests (and nonces) from /proc/<pid>/fd/0 nor write replies into fd/1."""
     workspace = ready(docker_workspace)
-    workspace.write_bytes("truth.txt", b"truth")
-    # Open a few servers, so idle ones get forgeries too.
     threads = [threading.Thread(target=workspace.run, args=(Command(["sleep", "0.3"]),)) for _ in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    result = workspace.run(Command(["sh", "-c", FORGE_REPLIES]))
-    assert result.stdout == b"real\n"
-    assert int(tally(workspace)) >= 1  # the attack did reach servers
+    attempts = workspace.run(Command(["sh", "-c", PEEK_AT_SERVERS])).stdout.split()
+    assert len(attempts) >= 6 and set(attempts) == {b"denied"}
+
+
+def test_stopped_servers_are_given_up_and_calls_still_answer(docker_workspace):
+    """A command that SIGSTOPs every other server does not stall the calls after it:
+    a server that does not acknowledge a call is retired and the call runs by exec."""
+    workspace = ready(docker_workspace)
+    workspace.write_bytes("kept.txt", b"kept")
+    threads = [threading.Thread(target=workspace.run, args=(Command(["sleep", "0.3"]),)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stopped = workspace.run(Command(["sh", "-c", STOP_OTHER_SERVERS])).stdout
+    assert stopped.startswith(b"stopped ") and int(stopped.split()[1]) >= 1
     for _ in range(MAX_CHANNELS + 1):
-        assert workspace.read_bytes("truth.txt", 10).data == b"truth"
-        assert workspace.run(Command(["cat", "truth.txt"])).stdout == b"truth"
+        assert workspace.read_bytes("kept.txt", 10).data == b"kept"
+        assert workspace.run(Command(["cat", "kept.txt"])).stdout == b"kept"
+
+
+@pytest.mark.parametrize("lie", ["other-nonce", "wrong-end", "over-cap", "long-line", "unknown-chunk"])
+def test_a_reply_that_breaks_the_protocol_is_never_believed(docker_engine, docker_workspace, lie):
+    """Whatever a server answers, the host takes only a reply framed by the call's
+    own nonce, within the caps it asked for; anything else retires the server."""
+    from sandbox.docker_channel import Channel, ChannelBroken
+    from sandbox.docker_container import container_environment
+
+    workspace = ready(docker_workspace)
+    user = docker_engine.api.inspect_container(workspace.container_id)["Config"]["User"]
+
+    def server(how: str):
+        return Channel.open(docker_engine.api, workspace.container_id, user=user,
+                            environment=container_environment(), program=["perl", "-e", LYING_SERVER, how])
+
+    honest = server("honest")
+    try:
+        outcome = honest.call(["true"], environment={}, deadline_s=5, max_stdout_bytes=100, max_stderr_bytes=100)
+        assert (outcome.stdout, outcome.exit_code) == (b"HONEST", 0)
+    finally:
+        honest.close()
+    liar = server(lie)
+    try:
+        with pytest.raises(ChannelBroken):
+            liar.call(["true"], environment={}, deadline_s=5, max_stdout_bytes=100, max_stderr_bytes=100)
+    finally:
+        liar.close()
