@@ -158,7 +158,7 @@ class DockerWorkspace(Workspace):
               max_stdout_bytes: int, want_exit_code: bool = True) -> ExecOutcome:
         # Both paths run from "/": the helper works with absolute paths and
         # `run` changes directory itself, after checking where it goes.
-        self._running()
+        self._running()  # waits for the container, or raises why it did not start
         return self._channels.run(argv, environment=environment, deadline_s=deadline_s,
                                   max_stdout_bytes=max_stdout_bytes, max_stderr_bytes=MAX_STDERR_BYTES,
                                   want_exit_code=want_exit_code)

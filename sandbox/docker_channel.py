@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dispatcher.errors import SandboxError
 from sandbox.docker_engine import translated
 from sandbox.docker_exec import ExecOutcome, FrameReader, exec_argv, start_exec
+from sandbox.workspace import CappedBuffer
 
 # How long a new server may take to say it is ready (it takes about 40 ms).
 OPEN_TIMEOUT_S = 5.0
@@ -226,16 +227,17 @@ class Channel:
         if any(b"\x00" in field for field in fields):
             raise ValueError("a command server cannot pass a NUL byte")
         started = time.monotonic()
+        # A live server acknowledges at once; one that does not (stopped,
+        # wedged) is given up early, so the call keeps time for a plain exec.
         self._frames.deadline = started + min(deadline_s, ACK_TIMEOUT_S)
         try:
             self._frames.send(b"".join(field + b"\x00" for field in fields))
         except OSError as exc:
             raise ChannelBroken(f"cannot write to the command server: {exc}") from exc
-        output = {b"O": bytearray(), b"E": bytearray()}
-        caps = {b"O": out_cap, b"E": max_stderr_bytes}
-        # A live server acknowledges at once; one that does not (stopped,
-        # wedged) is given up early, so the call keeps time for a plain exec.
-        self._frames.deadline = min(started + ACK_TIMEOUT_S, started + deadline_s)
+        # What the caller gets (the exec path's own capping), and what the
+        # server may still send of each stream: it was told the caps.
+        kept = {b"O": CappedBuffer(max_stdout_bytes), b"E": CappedBuffer(max_stderr_bytes)}
+        allowed = {b"O": out_cap, b"E": max_stderr_bytes}
         try:
             first = self._read_line()
         except _DeadlinePassed:
@@ -245,22 +247,21 @@ class Channel:
         if first != b"R" + nonce:
             raise ChannelBroken("the command server's reply is garbled")
         self._frames.deadline = started + deadline_s
+        exit_code = None
         try:
             while True:
                 line = self._read_line()
                 tag, size = line[:1], line[1:]
-                if tag in output and size.isdigit() and 0 < int(size) <= caps[tag] - len(output[tag]):
-                    output[tag] += self._read_exactly(int(size))
+                if tag in kept and size.isdigit() and 0 < int(size) <= allowed[tag]:
+                    allowed[tag] -= int(size)
+                    kept[tag].add(self._read_exactly(int(size)))
                     continue
                 exit_code = _exit_code(line, nonce)
                 break
         except _DeadlinePassed:
-            return ExecOutcome(exit_code=None, stdout=bytes(output[b"O"][:max_stdout_bytes]),
-                               stderr=bytes(output[b"E"]), stdout_overflowed=len(output[b"O"]) > max_stdout_bytes,
-                               deadline_passed=True, elapsed_s=time.monotonic() - started)
-        stdout = bytes(output[b"O"])
-        return ExecOutcome(exit_code=exit_code, stdout=stdout[:max_stdout_bytes], stderr=bytes(output[b"E"]),
-                           stdout_overflowed=len(stdout) > max_stdout_bytes, deadline_passed=False,
+            pass
+        return ExecOutcome(exit_code=exit_code, stdout=kept[b"O"].data(), stderr=kept[b"E"].data(),
+                           stdout_overflowed=kept[b"O"].overflowed, deadline_passed=self._frames.deadline_passed,
                            elapsed_s=time.monotonic() - started)
 
     def close(self) -> None:

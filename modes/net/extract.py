@@ -20,6 +20,8 @@ MIN_CONTENT_CHARS = 250
 # 21 s, all of it after the download and its deadline). Pages larger than this
 # are dumped as plain text instead, which takes a tenth of a second.
 MAX_EXTRACTED_HTML_CHARS = 2_000_000
+# Where the <title> of such a page is looked for.
+TITLE_SCAN_CHARS = 65_536
 # A meta charset declaration is looked for in this many leading bytes (browsers scan 1,024).
 META_CHARSET_SCAN_BYTES = 8_192
 
@@ -217,7 +219,7 @@ def _cheap_title(html: str) -> str | None:
     """The <title> of a page too large to parse twice."""
     import html as entities
 
-    match = _TITLE.search(html, 0, META_CHARSET_SCAN_BYTES * 8)
+    match = _TITLE.search(html, 0, TITLE_SCAN_CHARS)
     title = " ".join(entities.unescape(match.group(1)).split()) if match else ""
     return title or None
 
