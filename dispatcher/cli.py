@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Sequence
 
+from dispatcher import interrupts
 from dispatcher.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ResearchError, UsageError
 
 EXIT_TERMINATED = 143
-
-
-class _Terminated(BaseException):
-    """SIGTERM, raised in the main thread so `finally` blocks clean up."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,13 +102,13 @@ def _add_shared(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    interrupts.install()
     try:
         code = _dispatch(args)
     except KeyboardInterrupt:
         _say("research: interrupted")
         return _exit_now(EXIT_INTERRUPTED)
-    except _Terminated:
+    except interrupts.Terminated:
         _say("research: terminated")
         return _exit_now(EXIT_TERMINATED)
     except ResearchError as error:
@@ -250,10 +246,6 @@ def _fail(args: argparse.Namespace, code: int, message: str, error: BaseExceptio
 
         print(json.dumps({"error": message, "exit_code": code}))
     return code
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise _Terminated()
 
 
 def _exit_now(code: int) -> int:

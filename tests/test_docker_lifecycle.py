@@ -75,15 +75,14 @@ def test_no_cleanup_keeps_both_and_says_how_to_open_them(docker_engine, docker_s
 
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_removes_its_container(docker_engine, docker_settings, signal_number):
-    """Ctrl-C or SIGTERM (which the CLI turns into KeyboardInterrupt) mid-run removes the container."""
+    """Ctrl-C or SIGTERM (which the CLI turns into an exception) mid-run removes the container."""
     script = textwrap.dedent(f"""
         import signal, sys, time
         from config.schema import SandboxSettings
+        from dispatcher import interrupts
         from sandbox import open_workspace
 
-        def interrupt(signum, frame):
-            raise KeyboardInterrupt
-        signal.signal(signal.SIGTERM, interrupt)  # as dispatcher/cli.py does
+        interrupts.install()  # as dispatcher/cli.py does
         with open_workspace("repo", SandboxSettings(backend="docker", memory="{docker_settings.memory}")) as ws:
             print(ws.container_id, ws.host_dir, flush=True)
             signal.pause()

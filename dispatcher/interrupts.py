@@ -1,0 +1,55 @@
+"""Ctrl-C and SIGTERM as exceptions in the main thread, so `finally` blocks clean up.
+
+Python runs a signal's handler at the next bytecode boundary of the main
+thread, and that boundary may fall inside a weakref callback or `__del__` (the
+import system frees its module locks through one while litellm is imported in
+the background). An exception raised there is not propagated: it goes to
+`sys.unraisablehook` and the interrupt is lost, leaving the run hanging on its
+clone. So the hook sends the same signal again, from another thread a moment
+later: by then the main thread has left the callback. (Raising it from inside
+the hook would run the handler inside the hook, and lose it again.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+# Long enough for the main thread to leave the callback that swallowed the
+# interrupt; short enough to go unnoticed.
+REDELIVERY_DELAY_S = 0.02
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so `finally` blocks clean up."""
+
+
+def install() -> None:
+    """Raise KeyboardInterrupt on SIGINT (Python's default) and Terminated on SIGTERM, never losing either."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    previous_hook = sys.unraisablehook
+
+    def redeliver_interrupts(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _send_again(signal.SIGINT)
+        elif isinstance(unraisable.exc_value, Terminated):
+            _send_again(signal.SIGTERM)
+        else:
+            previous_hook(unraisable)
+
+    sys.unraisablehook = redeliver_interrupts
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def _send_again(signum: int) -> None:
+    def send() -> None:
+        time.sleep(REDELIVERY_DELAY_S)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=send, name="interrupt-redelivery", daemon=True).start()
