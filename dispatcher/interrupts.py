@@ -8,10 +8,15 @@ the background). An exception raised there is not propagated: it goes to
 clone. So the hook sends the same signal again, from another thread a moment
 later: by then the main thread has left the callback. (Raising it from inside
 the hook would run the handler inside the hook, and lose it again.)
+
+Cleanup itself runs with both signals held (`held_during_cleanup`): an
+impatient second Ctrl-C would otherwise cut it short and leave the workspace
+or the container behind. A third one still stops at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -21,6 +26,7 @@ import time
 # Long enough for the main thread to leave the callback that swallowed the
 # interrupt; short enough to go unnoticed.
 REDELIVERY_DELAY_S = 0.02
+CLEANUP_NOTICE = "research: cleaning up the workspace; interrupt again to stop at once and leave it behind\n"
 
 
 class Terminated(BaseException):
@@ -41,6 +47,50 @@ def install() -> None:
             previous_hook(unraisable)
 
     sys.unraisablehook = redeliver_interrupts
+
+
+@contextlib.contextmanager
+def held_during_cleanup():
+    """Hold SIGINT and SIGTERM while the block cleans up; deliver one received meanwhile afterwards.
+
+    The first signal is answered with a notice on stderr; the second is delivered at once.
+    Outside the main thread, where signals cannot be handled, this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum, frame) -> None:
+        held.append(signum)
+        if len(held) == 1:
+            _notify(CLEANUP_NOTICE)
+        else:
+            _raise_for(signum)
+
+    previous = {signum: signal.signal(signum, hold) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if held:
+        _raise_for(held[0])
+
+
+def _notify(text: str) -> None:
+    # Straight to the descriptor: the handler may have interrupted a write to
+    # sys.stderr, whose buffer refuses reentrant calls.
+    try:
+        os.write(2, text.encode())
+    except OSError:
+        pass
+
+
+def _raise_for(signum: int) -> None:
+    if signum == signal.SIGTERM:
+        raise Terminated()
+    raise KeyboardInterrupt
 
 
 def _raise_terminated(signum, frame) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import attrs
 
 from config.schema import Config
+from dispatcher import interrupts
 from dispatcher.progress import Progress
 from dispatcher.report import Report, Usage
 from modes.base import RunRequest, Sources
@@ -62,8 +63,9 @@ def run_research(
         )
         citations = mode.citations(result.answer, workspace, sources)
     finally:
-        progress.finish()
-        workspace.close(keep=keep)
+        with interrupts.held_during_cleanup():
+            progress.finish()
+            workspace.close(keep=keep)
     if keep:
         progress.notice(workspace.kept_message())
     return Report(

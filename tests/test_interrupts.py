@@ -49,3 +49,30 @@ def test_an_interrupt_landing_in_a_finalizer_still_reaches_the_main_code(signum,
     assert float(elapsed) < 5
     # The swallowed first delivery is not reported as an error the user would see.
     assert "Exception ignored" not in result.stderr
+
+
+@pytest.mark.parametrize("signals_sent, outcome", [
+    (1, "cleanup finished, then KeyboardInterrupt"),
+    (2, "cleanup cut short by KeyboardInterrupt"),
+])
+def test_cleanup_finishes_through_one_interrupt_and_stops_at_the_next(signals_sent, outcome):
+    """One Ctrl-C during cleanup is held until it is done (and said so); another one stops at once."""
+    script = textwrap.dedent(f"""
+        import os, signal, time
+        from dispatcher import interrupts
+
+        interrupts.install()
+        state = "cleanup cut short"
+        try:
+            with interrupts.held_during_cleanup():
+                for _ in range({signals_sent}):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(0.2)
+                state = "cleanup finished, then"
+        except KeyboardInterrupt:
+            print(state, "by" if state.endswith("short") else "", "KeyboardInterrupt")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=30)
+    assert " ".join(result.stdout.split()) == outcome, result.stdout + result.stderr
+    assert result.stderr.count("cleaning up the workspace; interrupt again") == 1

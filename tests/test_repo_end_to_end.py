@@ -30,6 +30,8 @@ JSON_KEYS = {
     "steps", "tool_calls", "stopped", "workspace", "elapsed_s",
 }
 SIGNAL_WAIT_S = 30
+# The first Ctrl-C's cleanup (removing a container) takes longer than this.
+SECOND_CTRL_C_AFTER_S = 0.05
 
 
 @pytest.fixture
@@ -374,6 +376,27 @@ def test_sigint_removes_the_container_and_sigkill_leftovers_are_pruned(docker_en
     assert _containers_of(killed.pid) == []
     for workspace in leftover_workspaces(_tmpdir(run_env)):
         shutil.rmtree(workspace, ignore_errors=True)
+
+
+@pytest.mark.docker
+def test_ctrl_c_twice_still_removes_the_container(docker_engine, source_repo, scripted_model, run_env):  # noqa: F811
+    """An impatient second Ctrl-C, arriving while the first one's cleanup runs, does not leave the container behind:
+    cleanup finishes, says so, and the run exits 130."""
+    scripted_model.add(tool_calls(("ls", {})), delay(60, answer("too late")))
+    process = start_research("repo", str(source_repo.path), "q", "--sandbox", "docker", env=run_env)
+    try:
+        running = lambda: len(scripted_model.requests) >= 2 and len(_containers_of(process.pid)) == 1  # noqa: E731
+        _wait_for(running, "the second model call, container up")
+        process.send_signal(signal.SIGINT)
+        time.sleep(SECOND_CTRL_C_AFTER_S)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=SIGNAL_WAIT_S) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert _containers_of(process.pid) == []
+    assert leftover_workspaces(_tmpdir(run_env)) == []
+    assert "cleaning up" in process.stderr.read()
 
 
 @pytest.mark.docker
