@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from dispatcher import interrupts
-from dispatcher.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ResearchError, UsageError
+from dispatcher.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ResearchError, UsageError
 
 EXIT_TERMINATED = 143
 
@@ -130,8 +130,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "doctor":
         from sandbox.doctor import doctor_report
 
-        print(doctor_report(_load_config(args)))
-        return EXIT_OK
+        return _checkup(doctor_report(_load_config(args)))
     raise UsageError(f"unknown command {args.command!r}")
 
 
@@ -203,11 +202,20 @@ def _sandbox(args: argparse.Namespace) -> int:
     if args.action == "build":
         print(docker_admin.build_image(config.sandbox, progress=_say))
     elif args.action == "status":
-        print(docker_admin.sandbox_status(config.sandbox))
+        return _checkup(docker_admin.sandbox_status(config.sandbox))
     elif args.action == "prune":
         removed = docker_admin.prune_containers(config.sandbox)
         print(f"removed {removed} container(s)")
     return EXIT_OK
+
+
+def _checkup(checkup) -> int:
+    """Print a checkup's lines; exit 1, naming what failed, unless a run could go ahead."""
+    print(checkup.text)
+    if not checkup.failed:
+        return EXIT_OK
+    _say(f"research: not ready: {', '.join(checkup.failed)} (each line above says what to do)")
+    return EXIT_FAILURE
 
 
 def _load_config(args: argparse.Namespace):

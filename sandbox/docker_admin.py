@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Mapping
 
 from dispatcher.errors import SandboxError
+from sandbox.checkup import Check, Checkup
 from sandbox.docker_container import hardening_summary, reap
 from sandbox.docker_engine import (
     connect,
@@ -71,28 +72,29 @@ def build_image(settings, progress: Callable[[str], None] | None = None,
         client.close()
 
 
-def sandbox_status(settings, environ: Mapping[str, str] = os.environ) -> str:
+def sandbox_status(settings, environ: Mapping[str, str] = os.environ) -> Checkup:
     """Whether the engine answers, whether the image exists, and the hardening
-    every sandbox container gets."""
+    every sandbox container gets; the engine and image checks fail when a run could not start."""
     bind = uses_bind_mount(settings, environ)
-    lines = []
+    checks: list[Check | str] = []
     tag = image_name(settings)
     try:
         client = connect(environ)
     except SandboxError as exc:
-        lines.append(f"engine: not reachable ({exc})")
-        lines.append(f"image: {tag} (unknown without an engine)")
+        checks.append(Check("engine", f"engine: not reachable ({exc})", ok=False))
+        checks.append(Check("image", f"image: {tag} (unknown without an engine)", ok=False))
     else:
         try:
-            lines.append(f"engine: reachable at {describe_engine(environ)}, {_engine_version(client)}")
-            lines.append(f"image: {_image_state(client, tag)}")
+            checks.append(Check("engine", f"engine: reachable at {describe_engine(environ)}, {engine_version(client)}"))
+            state, present = image_state(client, tag)
+            checks.append(Check("image", f"image: {state}", ok=present))
         finally:
             client.close()
     transfer = "bind-mounted from the host" if bind else "copied into the container and back (remote engine)"
-    lines.append(f"workspace: {transfer}")
-    lines.append("hardening (every container):")
-    lines.extend(f"  {line}" for line in hardening_summary(settings, bind_mount=bind))
-    return "\n".join(lines)
+    checks.append(f"workspace: {transfer}")
+    checks.append("hardening (every container):")
+    checks.extend(f"  {line}" for line in hardening_summary(settings, bind_mount=bind))
+    return Checkup.of(checks)
 
 
 def prune_containers(settings, environ: Mapping[str, str] = os.environ) -> int:
@@ -117,20 +119,21 @@ def _has_image(client, tag: str) -> bool:
     return True
 
 
-def _image_state(client, tag: str) -> str:
+def image_state(client, tag: str) -> tuple[str, bool]:
+    """What the engine has under `tag`, and whether it is there."""
     import docker
 
     try:
         image = client.images.get(tag)
     except docker.errors.ImageNotFound:
-        return f"{tag} is missing; build it with `research sandbox build`"
+        return f"{tag} is missing; build it with `research sandbox build`", False
     except engine_errors() as exc:
-        return f"{tag} could not be looked up ({reason(exc)})"
+        return f"{tag} could not be looked up ({reason(exc)})", False
     size_mb = image.attrs.get("Size", 0) / 1_000_000
-    return f"{tag} present ({image.short_id.removeprefix('sha256:')}, {size_mb:.0f} MB)"
+    return f"{tag} present ({image.short_id.removeprefix('sha256:')}, {size_mb:.0f} MB)", True
 
 
-def _engine_version(client) -> str:
+def engine_version(client) -> str:
     try:
         version = client.version()
     except engine_errors() as exc:
