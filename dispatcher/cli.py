@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from dispatcher import interrupts
-from dispatcher.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ResearchError, UsageError
+from dispatcher.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, ResearchError, UsageError
 
 EXIT_TERMINATED = 143
 
