@@ -15,6 +15,9 @@ command runs to its end, as exec_argv does. What a command can do is therefore
 unchanged. What is new is state that outlives a call (the server), so the
 host treats every reply as untrusted, as it always treated exec output:
 
+- a command runs in its own process group, killed when the command exits, so
+  nothing it starts outlives the call (the plain-exec path does the same
+  through a small shell wrapper, `killing_leftovers`);
 - a command never holds the stream: its stdin is /dev/null, its stdout and
   stderr are pipes the server reads; every other descriptor is close-on-exec,
   and the server's own complaints go to /dev/null;
@@ -60,9 +63,18 @@ MAX_CHANNELS = 8
 MAX_OPEN_FAILURES = 3
 # How long a server may take to acknowledge a call before it is given up.
 ACK_TIMEOUT_S = 2.0
-# How long a command's output may stay open after it exits (a background child
-# holding it), as the engine allows a plain exec: then the call ends.
+# How long a command's output may stay open after it exits and its group is
+# killed (a child that left the group holding it): then the call ends.
 DRAIN_S = 2.0
+# Runs "$@" in the background (it leads its own group: `timeout` sees to that),
+# waits for it, kills what it left in its group, and exits with its status.
+_KILL_LEFTOVERS = '"$@" & pid=$!; wait "$pid"; status=$?; kill -KILL -"$pid" 2>/dev/null; exit "$status"'
+
+
+def killing_leftovers(argv: Sequence[str]) -> list[str]:
+    """`argv` wrapped so that, run by a plain exec, what it leaves running is killed when it exits.
+    Every argv the workspace runs starts `timeout`, in a process group of its own."""
+    return ["sh", "-c", _KILL_LEFTOVERS, "sh", *argv]
 _MAX_LINE_BYTES = 64  # every line of the protocol is shorter
 _STDOUT = 1
 
@@ -118,6 +130,8 @@ while (1) {
         next;
     }
     if ($pid == 0) {
+        # Its own process group, so what it leaves running dies with it.
+        POSIX::setpgid(0, 0);
         # Only the fds given here survive the exec: perl opens every other
         # one (the pipes' other ends too) close-on-exec.
         open(STDIN, '<', '/dev/null');
@@ -134,11 +148,13 @@ while (1) {
     my %open = (fileno($out_read) => [$out_read, 'O', $out_cap], fileno($err_read) => [$err_read, 'E', $err_cap]);
     my ($status, $exited);
     while (%open) {
-        # A command may leave a background child holding its output: once the
-        # command has exited, its streams get as long as a plain exec gives
-        # them (DRAIN_S) and are then closed.
+        # Once the command has exited, whatever it left running in its group
+        # is killed (a fork bomb would otherwise keep pids_limit full). Its
+        # streams then get DRAIN_S, in case a process left the group, and are
+        # closed.
         if (!defined $exited && waitpid($pid, POSIX::WNOHANG()) == $pid) {
             ($status, $exited) = ($?, Time::HiRes::time());
+            kill('KILL', -$pid);
         }
         my $wait = defined $exited ? $exited + @DRAIN_S@ - Time::HiRes::time() : 0.1;
         last if $wait <= 0;
@@ -166,6 +182,7 @@ while (1) {
     if (!defined $exited) {
         waitpid($pid, 0);
         $status = $?;
+        kill('KILL', -$pid);
     }
     my $code = POSIX::WIFSIGNALED($status) ? 128 + POSIX::WTERMSIG($status) : POSIX::WEXITSTATUS($status);
     put("Z$nonce $code\n");
@@ -375,7 +392,7 @@ class ChannelPool:
         if left <= 0:
             return ExecOutcome(exit_code=None, stdout=b"", stderr=b"", stdout_overflowed=False,
                                deadline_passed=True, elapsed_s=deadline_s)
-        return exec_argv(self._api, self._container_id(), argv, user=self._user, workdir="/",
+        return exec_argv(self._api, self._container_id(), killing_leftovers(argv), user=self._user, workdir="/",
                          environment=environment, deadline_s=left, max_stdout_bytes=max_stdout_bytes,
                          max_stderr_bytes=max_stderr_bytes, want_exit_code=want_exit_code)
 

@@ -15,6 +15,7 @@ import stat
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,10 @@ from sandbox.workspace import (
 TOOL_HOME = "/nonexistent"
 MAX_STDERR_BYTES = 64_000
 _READ_CHUNK_BYTES = 65_536
+# How long a command's output may stay open after it exits and its group is
+# killed (a child that left the group holding it): then the call ends with
+# what arrived, as in the Docker backend.
+DRAIN_S = 2.0
 
 
 class LocalWorkspace(Workspace):
@@ -235,10 +240,14 @@ def _collect(process: subprocess.Popen, command: Command) -> CommandResult:
         process.wait(timeout=command.timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(process)
+        process.kill()
         process.wait()
-    stdout.join()
-    stderr.join()
+    # Whatever it left running in its group dies with it, so nothing a tool
+    # started outlives the call (nor holds its output open).
+    _kill_group(process)
+    drained_by = time.monotonic() + DRAIN_S
+    stdout.join(max(drained_by - time.monotonic(), 0))
+    stderr.join(max(drained_by - time.monotonic(), 0))
     return CommandResult(
         exit_code=process.returncode,
         stdout=stdout.data(),

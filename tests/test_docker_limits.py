@@ -1,5 +1,7 @@
 """Hostile commands hit the container's limits and the workspace survives them."""
 
+import re
+
 import pytest
 
 from sandbox.workspace import Command
@@ -11,11 +13,44 @@ pytestmark = pytest.mark.docker
 def test_fork_bomb_is_contained(docker_workspace):
     """A fork bomb runs into pids_limit, is killed at its timeout, and the workspace answers afterwards."""
     docker_workspace.write_bytes("still-here.txt", b"yes")
-    result = docker_workspace.run(Command(["sh", "-c", "bomb() { bomb | bomb & }; bomb; sleep 60"], timeout_s=3))
+    # `sleep` starts first: once the bomb fills pids_limit, nothing more can fork.
+    bomb = "bomb() { bomb | bomb & }; sleep 60 & bomb; wait"
+    result = docker_workspace.run(Command(["sh", "-c", bomb], timeout_s=3))
     assert result.timed_out
     assert b"Cannot fork" in result.stderr or b"Resource temporarily unavailable" in result.stderr
     assert docker_workspace.read_bytes("still-here.txt", 10).data == b"yes"
     assert docker_workspace.run(Command(["true"])).exit_code == 0
+
+
+@pytest.mark.parametrize("path", ["servers", "plain exec"])
+def test_processes_left_filling_pids_limit_die_with_their_command(docker_workspace, docker_settings, path):
+    """A command that fills pids_limit with background sleeps and exits takes them with it, so the calls
+    after it can still fork (through the command servers, and by plain exec)."""
+    if path == "plain exec":
+        docker_workspace._channels.close()  # a closed pool runs every call by plain exec
+    docker_workspace.write_bytes("still-here.txt", b"yes")
+    fill = f"i=0; while [ $i -lt {docker_settings.pids_limit} ]; do sleep 300 & i=$((i+1)); done; exit 0"
+    docker_workspace.run(Command(["sh", "-c", fill], timeout_s=20))
+    assert docker_workspace.run(Command(["cat", "still-here.txt"])).stdout == b"yes"
+    assert docker_workspace.read_bytes("still-here.txt", 10).data == b"yes"
+    assert _processes_matching(docker_workspace, "^sleep 300") == 0
+
+
+@pytest.mark.parametrize("path", ["servers", "plain exec"])
+def test_what_a_command_leaves_running_dies_with_it(docker_workspace, path):
+    """A background child outlives neither its command nor the call: it is killed when the command exits."""
+    if path == "plain exec":
+        docker_workspace._channels.close()
+    result = docker_workspace.run(Command(["sh", "-c", "sleep 300 & echo started"], timeout_s=20))
+    assert (result.exit_code, result.stdout, result.timed_out) == (0, b"started\n", False)
+    assert _processes_matching(docker_workspace, "^sleep 300") == 0
+
+
+def _processes_matching(workspace, pattern: str) -> int:
+    """How many live processes in the container have a command line matching `pattern`."""
+    listing = "for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done"
+    lines = workspace.run(Command(["sh", "-c", listing])).stdout.decode().splitlines()
+    return sum(1 for line in lines if re.match(pattern, line))
 
 
 def test_memory_hog_is_killed(docker_workspace):

@@ -4,6 +4,7 @@ commands see, and how it ends. Real files, real processes."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.errors import ToolInputError, WorkspaceError
-from sandbox.local import LocalWorkspace
+from sandbox.local import DRAIN_S, LocalWorkspace
 from sandbox.workspace import Command, Entry
 from tests.support.workspaces import private_tmpdir, workspace  # noqa: F401
 
@@ -230,10 +231,30 @@ def test_command_output_is_capped(workspace):
 
 def test_command_timeout_kills_the_whole_process_group(workspace):
     """A command past its timeout is killed together with the children it started."""
-    result = workspace.run(Command(["sh", "-c", "sleep 300 & echo $! > child.pid; wait"], timeout_s=1.0))
+    result = workspace.run(Command(["sh", "-c", "sleep 300 & echo $! > child.pid; wait"], timeout_s=3.0))
     assert result.timed_out
     child = int((workspace.host_dir / "child.pid").read_text())
     assert _ends_within(child, HANG_GUARD_S), "the background child outlived the timeout"
+
+
+def test_what_a_command_leaves_running_dies_with_it(workspace):
+    """A background child does not outlive its command: it is killed when the command exits."""
+    result = workspace.run(Command(["sh", "-c", "sleep 300 & echo $! > child.pid; echo started"], timeout_s=20))
+    assert (result.exit_code, result.stdout, result.timed_out) == (0, b"started\n", False)
+    child = int((workspace.host_dir / "child.pid").read_text())
+    assert _ends_within(child, HANG_GUARD_S), "the background child outlived its command"
+
+
+def test_a_child_that_leaves_the_group_cannot_hold_the_call_open(workspace):
+    """A child that escapes the process group (setsid) keeping the output open ends the call
+    DRAIN_S after its command, with what arrived, instead of when the child ends."""
+    started = time.monotonic()
+    result = workspace.run(Command(["sh", "-c", "setsid sleep 60 & echo $! > escaped.pid; echo hi"], timeout_s=30))
+    try:
+        assert (result.exit_code, result.stdout) == (0, b"hi\n")
+        assert time.monotonic() - started < DRAIN_S + HANG_GUARD_S
+    finally:
+        os.kill(int((workspace.host_dir / "escaped.pid").read_text()), signal.SIGKILL)
 
 
 def _ends_within(pid: int, limit_s: float) -> bool:
