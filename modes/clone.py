@@ -10,7 +10,10 @@ CloneError sentence that never echoes credentials embedded in the URL.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
 import time
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -184,26 +187,49 @@ class _Git:
             raise CloneError("git is not installed or not on PATH") from exc
 
         self._git = git.Git(str(dest))
-        self._errors = (git.GitCommandError, git.GitCommandNotFound)
+        self._not_found = git.GitCommandNotFound
         self._url = url
         self._deadline = deadline
         self._timeout_s = timeout_s
+        # Without a terminal, git runs in a session of its own, so a timeout or
+        # an interrupt ends it and everything it started (ssh, remote helpers,
+        # index-pack) before the workspace is removed under them. At a terminal
+        # it stays in ours: ssh must be able to ask for a passphrase there, and
+        # Ctrl-C reaches the whole foreground group anyway.
+        self._own_session = not _has_terminal()
         # git allows file:// only for a user-initiated clone; say that this one is.
         local = url.lower().startswith("file:")
         self._config = [*_SAFE_CONFIG, *(["protocol.file.allow=always"] if local else [])]
 
     def run(self, *args: str, check: bool = True) -> str:
-        """git's stdout; CloneError (or "" when not `check`) if it fails."""
+        """git's stdout; CloneError (or "" when not `check`) if it fails or runs out of time."""
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
             raise CloneError(self._timed_out())
         argv = ["git", *(item for pair in self._config for item in ("-c", pair)), *args]
         try:
-            return self._git.execute(argv, env=_GIT_ENVIRONMENT, kill_after_timeout=remaining)
-        except self._errors as exc:
+            handle = self._git.execute(argv, env=_GIT_ENVIRONMENT, as_process=True,
+                                       start_new_session=self._own_session)
+        except self._not_found as exc:
+            raise CloneError("git is not installed or not on PATH") from exc
+        process = handle.proc
+        try:
+            stdout, stderr = process.communicate(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            _kill(process, own_session=self._own_session)
+            process.communicate()
             if not check:
                 return ""
-            raise self._translate(exc, args) from exc
+            raise CloneError(self._timed_out()) from None
+        except BaseException:
+            _kill(process, own_session=self._own_session)
+            process.wait()
+            raise
+        if process.returncode != 0:
+            if not check:
+                return ""
+            raise self._translate(_text(stderr), args)
+        return _text(stdout)
 
     def output(self, *args: str, check: bool = True) -> str:
         return self.run(*args, check=check).strip()
@@ -211,14 +237,10 @@ class _Git:
     def _timed_out(self) -> str:
         return f"cloning {redact(self._url)} timed out after {self._timeout_s:g} s"
 
-    def _translate(self, exc, args: tuple[str, ...]) -> CloneError:
+    def _translate(self, stderr: str, args: tuple[str, ...]) -> CloneError:
         """One sentence for a failed git command, without credentials."""
-        if not hasattr(exc, "stderr"):
-            return CloneError("git is not installed or not on PATH")
-        stderr = re.sub(r"^\s*stderr: '|'$", "", _text(exc.stderr).strip())
+        stderr = stderr.strip()
         shown = redact(self._url)
-        if "Timeout:" in stderr:
-            return CloneError(self._timed_out())
         if args[0] == "fetch" and any(marker in stderr for marker in _UNSERVED_REF):
             return _RefNotServed(f"ref {args[-1]!r} was not found in {shown}")
         if args[0] == "checkout":
@@ -243,6 +265,25 @@ def _fatal_line(stderr: str) -> str:
         chosen = f"{chosen} {lines[index + 1]}"
     chosen = re.sub(r"^(fatal|error):\s*", "", chosen)
     return _USERINFO.sub("", chosen).rstrip(".")
+
+
+def _has_terminal() -> bool:
+    try:
+        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
+
+
+def _kill(process: subprocess.Popen, *, own_session: bool) -> None:
+    """Kill git, and with it its session when it has one of its own."""
+    if not own_session:
+        process.kill()
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _text(value) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import tarfile
 import tempfile
 import threading
@@ -50,7 +49,15 @@ from sandbox.docker_engine import (
 from sandbox.docker_channel import ChannelPool
 from sandbox.docker_exec import EXEC_GRACE_S, ExecOutcome
 from sandbox.environment import scrubbed_environment
-from sandbox.workspace import Command, CommandResult, Entry, ReadResult, Workspace, check_path_syntax
+from sandbox.workspace import (
+    Command,
+    CommandResult,
+    Entry,
+    ReadResult,
+    Workspace,
+    check_path_syntax,
+    remove_tree,
+)
 
 MAX_STDERR_BYTES = 64_000
 # A walk of a huge tree stops listing here (about a million entries).
@@ -313,8 +320,7 @@ class DockerWorkspace(Workspace):
                 pass
             except engine_errors() as exc:
                 problems.append(f"container {self._container.short_id} ({reason(exc)})")
-        shutil.rmtree(self.host_dir, ignore_errors=True)
-        if os.path.exists(self.host_dir):
+        if not remove_tree(self.host_dir):
             problems.append(f"directory {self.host_dir}")
         if problems:
             raise SandboxError(f"could not remove the sandbox {' and '.join(problems)}")

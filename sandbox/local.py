@@ -29,6 +29,7 @@ from sandbox.workspace import (
     ReadResult,
     Workspace,
     check_path_syntax,
+    remove_tree,
 )
 
 # Tools get no home directory of their own: nothing there to read or to write.
@@ -226,8 +227,7 @@ class LocalWorkspace(Workspace):
             _kill_group(process)
         if keep or already_closed:
             return
-        shutil.rmtree(self._root, ignore_errors=True)
-        if os.path.exists(self._root):
+        if not remove_tree(self._root):
             raise WorkspaceError(f"could not remove the workspace at {self._root}")
 
 

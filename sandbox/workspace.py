@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import abc
 import os
+import shutil
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -25,6 +27,9 @@ from dispatcher.errors import ToolInputError
 # that prints without bound cannot exhaust memory.
 MAX_COMMAND_OUTPUT_BYTES = 4_000_000
 DEFAULT_COMMAND_TIMEOUT_S = 30.0
+# Removing a workspace: attempts, and the pause between them.
+REMOVE_ATTEMPTS = 3
+REMOVE_RETRY_S = 0.1
 
 
 def _frozen_mapping(value: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -45,6 +50,19 @@ def check_path_syntax(path: str) -> str:
     except UnicodeEncodeError:
         raise ToolInputError(f"{path!r} is not valid UTF-8") from None
     return path or "."
+
+
+def remove_tree(path: str | os.PathLike) -> bool:
+    """Remove `path` and everything below it; True when it is gone. A process
+    that was still writing there as it was killed (a clone's index-pack) gets
+    a moment to end before the second attempt."""
+    for attempt in range(REMOVE_ATTEMPTS):
+        if attempt:
+            time.sleep(REMOVE_RETRY_S)
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            return True
+    return False
 
 
 class CappedBuffer:
