@@ -106,9 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = _dispatch(args)
     except KeyboardInterrupt:
+        interrupts.ignore()  # cleanup is done: another Ctrl-C must not turn this exit into a traceback
         _say("research: interrupted")
         return _exit_now(EXIT_INTERRUPTED)
     except interrupts.Terminated:
+        interrupts.ignore()
         _say("research: terminated")
         return _exit_now(EXIT_TERMINATED)
     except ResearchError as error:

@@ -9,9 +9,10 @@ clone. So the hook sends the same signal again, from another thread a moment
 later: by then the main thread has left the callback. (Raising it from inside
 the hook would run the handler inside the hook, and lose it again.)
 
-Cleanup itself runs with both signals held (`held_during_cleanup`): an
-impatient second Ctrl-C would otherwise cut it short and leave the workspace
-or the container behind. A third one still stops at once.
+Opening the workspace and cleaning it up run with both signals held (`held`):
+an interrupt there would leave a half-made workspace, or an impatient second
+Ctrl-C would cut the cleanup short, leaving the workspace or the container
+behind. One more interrupt still stops at once.
 """
 
 from __future__ import annotations
@@ -50,11 +51,12 @@ def install() -> None:
 
 
 @contextlib.contextmanager
-def held_during_cleanup():
-    """Hold SIGINT and SIGTERM while the block cleans up; deliver one received meanwhile afterwards.
+def held(notice: str | None = None):
+    """Hold SIGINT and SIGTERM while the block runs; deliver one received meanwhile afterwards.
 
-    The first signal is answered with a notice on stderr; the second is delivered at once.
-    Outside the main thread, where signals cannot be handled, this does nothing.
+    The first signal is answered with `notice` on stderr, if any; the second is
+    delivered at once. Outside the main thread, where signals cannot be
+    handled, this does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -63,10 +65,10 @@ def held_during_cleanup():
 
     def hold(signum, frame) -> None:
         held.append(signum)
-        if len(held) == 1:
-            _notify(CLEANUP_NOTICE)
-        else:
+        if len(held) > 1:
             _raise_for(signum)
+        if notice:
+            _notify(notice)
 
     previous = {signum: signal.signal(signum, hold) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -76,6 +78,13 @@ def held_during_cleanup():
             signal.signal(signum, handler)
     if held:
         _raise_for(held[0])
+
+
+def ignore() -> None:
+    """Ignore SIGINT and SIGTERM from now on: the run is already ending."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def _notify(text: str) -> None:

@@ -46,8 +46,12 @@ def run_research(
     # litellm takes seconds to import; let that overlap with the clone or fetch.
     model_client.warm_up()
     keep = not config.defaults.cleanup
-    workspace = open_workspace(mode.name, config.sandbox)
+    workspace = None
     try:
+        # Held, so that an interrupt cannot land between making the workspace
+        # and this `try` knowing of it.
+        with interrupts.held():
+            workspace = open_workspace(mode.name, config.sandbox)
         sources = Sources()
         user_message = mode.prepare(workspace, request, config, progress.status)
         workspace.after_prepare()
@@ -63,9 +67,10 @@ def run_research(
         )
         citations = mode.citations(result.answer, workspace, sources)
     finally:
-        with interrupts.held_during_cleanup():
+        with interrupts.held(interrupts.CLEANUP_NOTICE):
             progress.finish()
-            workspace.close(keep=keep)
+            if workspace is not None:
+                workspace.close(keep=keep)
     if keep:
         progress.notice(workspace.kept_message())
     return Report(

@@ -64,7 +64,7 @@ def test_cleanup_finishes_through_one_interrupt_and_stops_at_the_next(signals_se
         interrupts.install()
         state = "cleanup cut short"
         try:
-            with interrupts.held_during_cleanup():
+            with interrupts.held(interrupts.CLEANUP_NOTICE):
                 for _ in range({signals_sent}):
                     os.kill(os.getpid(), signal.SIGINT)
                     time.sleep(0.2)

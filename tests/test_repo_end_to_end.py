@@ -30,8 +30,8 @@ JSON_KEYS = {
     "steps", "tool_calls", "stopped", "workspace", "elapsed_s",
 }
 SIGNAL_WAIT_S = 30
-# The first Ctrl-C's cleanup (removing a container) takes longer than this.
-SECOND_CTRL_C_AFTER_S = 0.05
+# A repository whose workspace takes a while to remove.
+MANY_FILES, MANY_FILES_DIRS = 10_000, 200
 
 
 @pytest.fixture
@@ -225,14 +225,58 @@ def test_interrupt_during_clone_leaves_nothing(tmp_path, silent_server_url, run_
 
 
 @pytest.fixture
-def silent_server_url():
-    """A git:// URL whose server accepts the connection and never answers."""
+def silent_server():
+    """A git:// server that accepts connections and never answers; `.connections` counts them."""
     import socket
+    import threading
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(8)
-        yield f"git://127.0.0.1:{server.getsockname()[1]}/hang"
+    class SilentServer:
+        def __init__(self) -> None:
+            self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.socket.bind(("127.0.0.1", 0))
+            self.socket.listen(8)
+            self.url = f"git://127.0.0.1:{self.socket.getsockname()[1]}/hang"
+            self.accepted: list[socket.socket] = []
+            threading.Thread(target=self._accept, daemon=True).start()
+
+        def _accept(self) -> None:
+            while True:
+                try:
+                    self.accepted.append(self.socket.accept()[0])
+                except OSError:
+                    return
+
+    server = SilentServer()
+    yield server
+    server.socket.close()
+    for connection in server.accepted:
+        connection.close()
+
+
+@pytest.fixture
+def silent_server_url(silent_server):
+    """A git:// URL whose server accepts the connection and never answers."""
+    return silent_server.url
+
+
+def test_interrupt_while_git_waits_on_the_server_ends_git_too(silent_server, run_env):
+    """Ctrl-C while git is connected and waiting exits 130, removes the workspace and leaves no git running."""
+    process = start_research("repo", silent_server.url, "q", env=run_env)
+    assert _signal_when(process, lambda: silent_server.accepted, "git to connect", signal.SIGINT) == 130
+    assert leftover_workspaces(_tmpdir(run_env)) == []
+    assert _processes_naming(silent_server.url) == []
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Live processes of this machine whose command line contains `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
 
 
 # -- hostile model: containment through the whole CLI ---------------------------------
@@ -315,12 +359,20 @@ def _signal_when(process: subprocess.Popen, condition, what: str, signum: int) -
             process.kill()
 
 
-def _wait_for(condition, what: str, timeout_s: float = SIGNAL_WAIT_S) -> None:
+def _entries(directory: Path) -> int:
+    """How many entries `directory` holds; -1 once it is gone."""
+    try:
+        return len(os.listdir(directory))
+    except FileNotFoundError:
+        return -1
+
+
+def _wait_for(condition, what: str, timeout_s: float = SIGNAL_WAIT_S, poll_s: float = 0.05) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.05)
+        time.sleep(poll_s)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -378,25 +430,41 @@ def test_sigint_removes_the_container_and_sigkill_leftovers_are_pruned(docker_en
         shutil.rmtree(workspace, ignore_errors=True)
 
 
-@pytest.mark.docker
-def test_ctrl_c_twice_still_removes_the_container(docker_engine, source_repo, scripted_model, run_env):  # noqa: F811
-    """An impatient second Ctrl-C, arriving while the first one's cleanup runs, does not leave the container behind:
-    cleanup finishes, says so, and the run exits 130."""
+@pytest.fixture(scope="module")
+def many_files_repo(tmp_path_factory) -> Path:
+    """A repository of MANY_FILES small files in MANY_FILES_DIRS directories: removing its
+    workspace takes long enough to send a second Ctrl-C while it is under way."""
+    repo = tmp_path_factory.mktemp("many-files")
+    for number in range(MANY_FILES):
+        directory = repo / f"d{number % MANY_FILES_DIRS:03d}"
+        directory.mkdir(exist_ok=True)
+        (directory / f"f{number}.txt").write_text(f"{number}\n")
+    git("init", "--quiet", "--initial-branch=main", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("-c", "user.name=x", "-c", "user.email=x@x", "commit", "--quiet", "-m", "many", cwd=repo)
+    return repo
+
+
+def test_ctrl_c_during_cleanup_is_held_until_it_is_done(many_files_repo, scripted_model, run_env, sandbox):  # noqa: F811
+    """An impatient second Ctrl-C, sent while the first one's cleanup is removing the workspace, does not cut
+    it short: cleanup says it is still working, finishes (container too), and the run exits 130."""
     scripted_model.add(tool_calls(("ls", {})), delay(60, answer("too late")))
-    process = start_research("repo", str(source_repo.path), "q", "--sandbox", "docker", env=run_env)
+    process = start_research("repo", str(many_files_repo), "q", "--sandbox", sandbox, env=run_env)
     try:
-        running = lambda: len(scripted_model.requests) >= 2 and len(_containers_of(process.pid)) == 1  # noqa: E731
-        _wait_for(running, "the second model call, container up")
+        _wait_for(lambda: len(scripted_model.requests) >= 2, "the second model call")
+        [workspace] = leftover_workspaces(_tmpdir(run_env))
+        entries = _entries(workspace)
         process.send_signal(signal.SIGINT)
-        time.sleep(SECOND_CTRL_C_AFTER_S)
+        _wait_for(lambda: _entries(workspace) < entries, "cleanup under way", poll_s=0.001)
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=SIGNAL_WAIT_S) == 130
     finally:
         if process.poll() is None:
             process.kill()
-    assert _containers_of(process.pid) == []
     assert leftover_workspaces(_tmpdir(run_env)) == []
-    assert "cleaning up" in process.stderr.read()
+    if sandbox == "docker":
+        assert _containers_of(process.pid) == []
+    assert "cleaning up the workspace; interrupt again" in process.stderr.read()
 
 
 @pytest.mark.docker
