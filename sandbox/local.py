@@ -170,6 +170,15 @@ class LocalWorkspace(Workspace):
         return Entry(path=path, kind=kind, size=info.st_size if kind == "file" else 0)
 
     def write_bytes(self, path: str, data: bytes) -> str:
+        # Under the lock close() takes: a tool call still running when the run
+        # ends (an interrupt does not wait for it) must not create the removed
+        # workspace again.
+        with self._lock:
+            if self._closed:
+                raise WorkspaceError(f"cannot write {path!r}: the workspace is closed")
+            return self._write(path, data)
+
+    def _write(self, path: str, data: bytes) -> str:
         real = self._real(path)
         parent, name = os.path.split(real)
         try:

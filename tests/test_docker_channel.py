@@ -18,6 +18,9 @@ from tests.support.docker_engine import docker_engine, docker_settings, docker_w
 
 pytestmark = pytest.mark.docker
 
+# Three calls this long at once leave three servers open (they overlap even on a loaded machine).
+OVERLAP_S = "1"
+
 
 def exec_creations(client, container_id: str) -> int:
     """How many execs the engine has created in the container so far."""
@@ -27,8 +30,12 @@ def exec_creations(client, container_id: str) -> int:
 
 
 def ready(workspace):
+    """The workspace with its container running and the server it opens ahead of time in place."""
     workspace.after_prepare()
     workspace.resolve(".")  # waits for the container
+    deadline = time.monotonic() + 30
+    while workspace._channels.open_channels < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     return workspace
 
 
@@ -228,7 +235,7 @@ def test_a_command_cannot_open_a_servers_stream(docker_workspace):
     """The servers are not dumpable: a command of the same uid can neither read their
     requests (and nonces) from /proc/<pid>/fd/0 nor write replies into fd/1."""
     workspace = ready(docker_workspace)
-    threads = [threading.Thread(target=workspace.run, args=(Command(["sleep", "0.3"]),)) for _ in range(3)]
+    threads = [threading.Thread(target=workspace.run, args=(Command(["sleep", OVERLAP_S]),)) for _ in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -242,7 +249,7 @@ def test_stopped_servers_are_given_up_and_calls_still_answer(docker_workspace):
     a server that does not acknowledge a call is retired and the call runs by exec."""
     workspace = ready(docker_workspace)
     workspace.write_bytes("kept.txt", b"kept")
-    threads = [threading.Thread(target=workspace.run, args=(Command(["sleep", "0.3"]),)) for _ in range(3)]
+    threads = [threading.Thread(target=workspace.run, args=(Command(["sleep", OVERLAP_S]),)) for _ in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -56,6 +56,14 @@ def test_close_removes_the_tree_and_is_safe_twice(workspace):
     workspace.close()
 
 
+def test_a_write_after_close_does_not_bring_the_workspace_back(workspace):
+    """A tool call still running when the run ends cannot recreate the removed workspace by writing."""
+    workspace.close()
+    with pytest.raises(WorkspaceError, match="the workspace is closed"):
+        workspace.write_bytes("pages/late.md", b"late")
+    assert not workspace.host_dir.exists()
+
+
 def test_close_with_keep_leaves_the_tree(private_tmpdir):
     """close(keep=True) leaves the files for the user and says where."""
     kept = LocalWorkspace.open("repo")
