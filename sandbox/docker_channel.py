@@ -66,15 +66,10 @@ ACK_TIMEOUT_S = 2.0
 # How long a command's output may stay open after it exits and its group is
 # killed (a child that left the group holding it): then the call ends.
 DRAIN_S = 2.0
-# Runs "$@" in the background (it leads its own group: `timeout` sees to that),
-# waits for it, kills what it left in its group, and exits with its status.
+# Runs "$@" in the background, waits for it, kills what it left in its group
+# and exits with its status. Every argv the workspace runs is, or execs,
+# `timeout`, which makes itself the leader of a process group of its own.
 _KILL_LEFTOVERS = '"$@" & pid=$!; wait "$pid"; status=$?; kill -KILL -"$pid" 2>/dev/null; exit "$status"'
-
-
-def killing_leftovers(argv: Sequence[str]) -> list[str]:
-    """`argv` wrapped so that, run by a plain exec, what it leaves running is killed when it exits.
-    Every argv the workspace runs starts `timeout`, in a process group of its own."""
-    return ["sh", "-c", _KILL_LEFTOVERS, "sh", *argv]
 _MAX_LINE_BYTES = 64  # every line of the protocol is shorter
 _STDOUT = 1
 
@@ -188,6 +183,11 @@ while (1) {
     put("Z$nonce $code\n");
 }
 """.replace("@DRAIN_S@", str(DRAIN_S))
+
+
+def killing_leftovers(argv: Sequence[str]) -> list[str]:
+    """`argv` wrapped so that, run by a plain exec, what it leaves running is killed when it exits."""
+    return ["sh", "-c", _KILL_LEFTOVERS, "sh", *argv]
 
 
 class ChannelBroken(Exception):

@@ -249,7 +249,7 @@ def _collect(process: subprocess.Popen, command: Command) -> CommandResult:
         process.wait(timeout=command.timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-        process.kill()
+        _kill_group(process)
         process.wait()
     # Whatever it left running in its group dies with it, so nothing a tool
     # started outlives the call (nor holds its output open).
