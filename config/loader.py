@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from config.schema import Config, ModelAlias
+from config.schema import Config, InvalidValue, ModelAlias
 from dispatcher.errors import ConfigError
 
 CONFIG_ENV = "RESEARCH_CONFIG"
@@ -143,6 +143,8 @@ def _refuse_unknown(table: Mapping[str, Any], known: tuple[str, ...], where: tup
 
 def _problem(field: attrs.Attribute, value: Any, exc: Exception) -> str:
     args = exc.args
+    if isinstance(exc, InvalidValue):
+        return f"{exc}, not {_shown(value)}"
     if isinstance(exc, ValueError) and len(args) >= 3 and isinstance(args[2], (tuple, list, frozenset)):
         return f"must be one of {', '.join(map(str, args[2]))}, not {_shown(value)}"
     if isinstance(exc, ValueError) and "must be >" in str(exc):

@@ -8,6 +8,7 @@ builds them from a mapping and merges layers with `attrs.evolve`.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import attrs
@@ -28,6 +29,32 @@ _positive_int = [v.instance_of(int), v.gt(0)]
 _optional_str = v.optional(v.instance_of(str))
 _optional_positive_int = v.optional([v.instance_of(int), v.gt(0)])
 _str_list = v.deep_iterable(v.instance_of(str), v.instance_of(tuple))
+
+
+class InvalidValue(ValueError):
+    """A validator's refusal whose text says what the value must be ("must be ...")."""
+
+
+# Docker refuses a memory limit under 6 MB, and only when the container starts.
+MIN_MEMORY_BYTES = 6 * 1024 * 1024
+# Whole numbers only: the kernel's tmpfs takes "size=1.5m" for nothing.
+_SIZE = re.compile(r"([0-9]+)([bkmg]?)", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def size_bytes(text: str) -> int:
+    """A size in Docker's notation ('512m', '2g', '1048576') in bytes; InvalidValue if it is not one."""
+    match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidValue("must be a size such as \"512m\" or \"2g\" (units b, k, m, g)")
+    return int(match[1]) * _SIZE_UNITS[match[2].lower()]
+
+
+def _size_at_least(minimum: int, shown: str):
+    def check(_instance, _attribute, value) -> None:
+        if size_bytes(value) < minimum:
+            raise InvalidValue(f"must be at least {shown}")
+    return check
 
 
 def _to_tuple(value: Any) -> Any:
@@ -101,13 +128,13 @@ class SandboxSettings:
                                metadata=_help("local (a temp dir) or docker (a locked-down container)."))
     image: str | None = attrs.field(default=None, validator=_optional_str,
                                     metadata=_help("Container image; default research-sandbox:<version>."))
-    memory: str = attrs.field(default="1g", validator=v.instance_of(str),
+    memory: str = attrs.field(default="1g", validator=[v.instance_of(str), _size_at_least(MIN_MEMORY_BYTES, "6m")],
                               metadata=_help("Container memory limit (swap included)."))
     cpus: float = attrs.field(default=1.0, converter=float, validator=v.gt(0),
                               metadata=_help("CPUs the container may use."))
     pids_limit: int = attrs.field(default=256, validator=_positive_int,
                                   metadata=_help("Most processes the container may hold."))
-    tmp_size: str = attrs.field(default="64m", validator=v.instance_of(str),
+    tmp_size: str = attrs.field(default="64m", validator=[v.instance_of(str), _size_at_least(1, "1 byte")],
                                 metadata=_help("Size of the container's /tmp tmpfs."))
     exec_timeout_s: int = attrs.field(default=60, validator=_positive_int,
                                       metadata=_help("Seconds one tool command may run in the container."))

@@ -79,6 +79,10 @@ def test_per_mode_model_overrides_the_default(tmp_path):
     ('[models.fast]\napi_base = "http://x"\n', r"config.toml:1: 'models.fast' needs a 'model' key"),
     ('[models.fast]\nmodel = "openai/x"\ncontext_window = true\n',
      r"config.toml:3: 'models.fast.context_window' must be a whole number, not true"),
+    ('[sandbox]\nmemory = "lots"\n',
+     r"config.toml:2: 'sandbox.memory' must be a size such as \"512m\" or \"2g\" \(units b, k, m, g\), not \"lots\""),
+    ('[sandbox]\nmemory = "1k"\n', r"config.toml:2: 'sandbox.memory' must be at least 6m, not \"1k\""),
+    ('[sandbox]\ntmp_size = "1.5m"\n', r"config.toml:2: 'sandbox.tmp_size' must be a size such as"),
 ])
 def test_mistakes_name_the_file_line_and_key(tmp_path, text, expected):
     """Broken TOML, unknown keys and tables, wrong types and bad choices each point at the exact place."""
