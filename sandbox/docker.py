@@ -54,6 +54,7 @@ from sandbox.workspace import (
     CommandResult,
     Entry,
     ReadResult,
+    MAX_WALK_ENTRIES,
     Workspace,
     check_path_syntax,
     remove_tree,
@@ -85,6 +86,7 @@ class DockerWorkspace(Workspace):
         self._lock = threading.Lock()
         self._closed = False
         self._copy_back_note = ""
+        self._copied_in_bytes = 0
         # Tool calls go through command servers in the container (one exec each
         # costs more than the call itself); see sandbox.docker_channel.
         # Only used once the container has started (after _running() or in _start).
@@ -108,8 +110,10 @@ class DockerWorkspace(Workspace):
         uid, gid = _container_user(bind_mount)
         if bind_mount and os.getuid() == 0:
             # The sandbox user must reach the mounted directory before the tree
-            # is handed over in after_prepare; root keeps owning it until then,
-            # so git on the host does not see a repository of another user's.
+            # is handed over in after_prepare (web mode saves -u pages first);
+            # root keeps owning it until then, so git on the host does not see
+            # a repository of another user's. Its parent is root's alone, so no
+            # host account that happens to hold the sandbox gid gets in.
             os.chown(host_dir, 0, gid)
             os.chmod(host_dir, 0o770)
         workspace = cls(mode, host_dir, settings=settings, client=client, image=image,
@@ -213,10 +217,11 @@ class DockerWorkspace(Workspace):
         return sorted(_entries(payload), key=lambda entry: entry.path)
 
     def walk(self, path: str = ".") -> Iterator[Entry]:
-        code, payload = self._helper("walk", check_path_syntax(path), max_stdout_bytes=MAX_LISTING_BYTES)
+        code, payload = self._helper("walk", check_path_syntax(path), str(MAX_WALK_ENTRIES + 1),
+                                     max_stdout_bytes=MAX_LISTING_BYTES)
         if code is not None:
             raise _refusal(code, path, "walk")
-        yield from _depth_first(list(_raw_entries(payload)))
+        yield from _depth_first(payload)
 
     def write_bytes(self, path: str, data: bytes) -> str:
         code, payload = self._helper("parent", check_path_syntax(path))
@@ -267,15 +272,16 @@ class DockerWorkspace(Workspace):
     def after_prepare(self) -> None:
         if self._bind_mount:
             if os.getuid() == 0:
-                try:
-                    _hand_over(self.host_dir, self._uid, self._gid)
-                    os.chmod(self.host_dir, 0o700)
-                except OSError as exc:
-                    raise WorkspaceError(f"cannot hand the workspace to the sandbox user: {exc.strerror}") from exc
+                _hand_over(self.host_dir, self._uid, self._gid)
+                os.chmod(self.host_dir, 0o700)
+            # The model is called next: a container that failed to start must
+            # stop the run now, not after a paid model call (or never, if the
+            # model answers without a tool).
+            self._running()
             return
         from sandbox.docker_transfer import copy_in
 
-        copy_in(self._running(), self.host_dir, self._uid, self._gid)
+        self._copied_in_bytes = copy_in(self._running(), self.host_dir, self._uid, self._gid)
 
     def close(self, keep: bool = False) -> None:
         with self._lock:
@@ -298,16 +304,17 @@ class DockerWorkspace(Workspace):
     def _keep(self) -> None:
         if self._bind_mount or self._container is None:
             return
-        from sandbox.docker_transfer import copy_out
+        from sandbox.docker_transfer import copy_back_limit, copy_out
 
         # Failing here would lose the kept container's address too: say it instead.
         try:
-            refused = copy_out(self._container, self.host_dir)
+            refused = copy_out(self._container, self.host_dir, copy_back_limit(self._copied_in_bytes))
         except (SandboxError, OSError) as exc:
             self._copy_back_note = f"could not copy the workspace back ({exc}); it is still in the container"
             return
         if refused:
-            self._copy_back_note = f"{len(refused)} links or special files stayed in the container"
+            self._copy_back_note = (f"{len(refused)} entries stayed in the container (links, special files, "
+                                    f"or files past the size limit), e.g. {refused[0]}")
 
     def _remove(self) -> None:
         import docker
@@ -320,8 +327,8 @@ class DockerWorkspace(Workspace):
                 pass
             except engine_errors() as exc:
                 problems.append(f"container {self._container.short_id} ({reason(exc)})")
-        if not remove_tree(self.host_dir):
-            problems.append(f"directory {self.host_dir}")
+        if not remove_tree(self.host_dir.parent):
+            problems.append(f"directory {self.host_dir.parent}")
         if problems:
             raise SandboxError(f"could not remove the sandbox {' and '.join(problems)}")
 
@@ -337,10 +344,15 @@ class DockerWorkspace(Workspace):
 
 
 def _make_host_dir(mode: str) -> Path:
+    """<tmp>/research-<mode>-XXXX/workspace: the parent is 0700 and ours, so
+    only we (and the container, through the mount) ever reach the workspace,
+    whatever owner and mode it gets for the container's sake."""
     try:
-        return Path(tempfile.mkdtemp(prefix=f"research-{mode}-"))
+        host_dir = Path(tempfile.mkdtemp(prefix=f"research-{mode}-")) / "workspace"
+        host_dir.mkdir(mode=0o700)
     except OSError as exc:
         raise WorkspaceError(f"cannot create a workspace under {tempfile.gettempdir()}: {exc.strerror}") from exc
+    return host_dir
 
 
 def _container_user(bind_mount: bool) -> tuple[int, int]:
@@ -377,37 +389,42 @@ def _timed_out(outcome: ExecOutcome, limit_s: float) -> bool:
     return outcome.deadline_passed or (outcome.exit_code == KILLED_EXIT_CODE and outcome.elapsed_s >= limit_s)
 
 
-def _raw_entries(payload: bytes) -> Iterator[tuple[bytes, Entry]]:
-    """(absolute in-container path, Entry) per complete record of find's output."""
-    records = payload.split(b"\x00")
-    for record in records[:-1]:  # the last is empty, or cut short by the output cap
-        kind, size, real = record.split(b" ", 2)
-        entry_kind = _KINDS.get(kind, "other")
-        yield real, Entry(path=helper.relative(real), kind=entry_kind,
-                          size=int(size) if entry_kind == "file" else 0)
+def _records(payload: bytes) -> list[bytes]:
+    """The complete "<type> <size> <path>" records of find's output; the last
+    piece is empty, or cut short by the output cap."""
+    return payload.split(b"\x00")[:-1]
+
+
+def _entry(record: bytes) -> Entry:
+    kind, size, real = record.split(b" ", 2)
+    entry_kind = _KINDS.get(kind, "other")
+    return Entry(path=helper.relative(real), kind=entry_kind, size=int(size) if entry_kind == "file" else 0)
 
 
 def _entries(payload: bytes) -> list[Entry]:
-    return [entry for _, entry in _raw_entries(payload)]
+    return [_entry(record) for record in _records(payload)]
 
 
-def _depth_first(records: list[tuple[bytes, Entry]]) -> Iterator[Entry]:
+def _depth_first(payload: bytes) -> Iterator[Entry]:
     """LocalWorkspace.walk's order: a directory's entries by name, then each
-    subdirectory's, depth first."""
-    if not records:
+    subdirectory's, depth first. Entries are made as they are yielded, so a
+    walk of half a million holds records (bytes), not objects, for each."""
+    children: dict[bytes, list[bytes]] = {}
+    for record in _records(payload):
+        real = record.split(b" ", 2)[2]
+        children.setdefault(real.rpartition(b"/")[0], []).append(record)
+    if not children:
         return
-    children: dict[bytes, list[tuple[bytes, Entry]]] = {}
-    for real, entry in records:
-        children.setdefault(real.rpartition(b"/")[0], []).append((real, entry))
     top = min(children, key=len)  # the walked directory: every other parent is below it
     stack = [top]
     while stack:
-        listing = sorted(children.get(stack.pop(), []), key=lambda item: os.fsdecode(item[0].rpartition(b"/")[2]))
+        listing = children.pop(stack.pop(), [])
+        listing.sort(key=lambda record: os.fsdecode(record.rpartition(b"/")[2]))
         subdirectories = []
-        for real, entry in listing:
-            yield entry
-            if entry.kind == "dir":
-                subdirectories.append(real)
+        for record in listing:
+            yield _entry(record)
+            if record.startswith(b"d "):
+                subdirectories.append(record.split(b" ", 2)[2])
         stack.extend(reversed(subdirectories))
 
 

@@ -57,11 +57,12 @@ list)  # list REL: "O" then "<type> <size> <path>\0" per child
   { [ -r "$real" ] && [ -x "$real" ]; } || fail %(UNREADABLE)d
   printf 'O'
   find "$real" -mindepth 1 -maxdepth 1 -printf '%%y %%s %%p\0' ;;
-walk)  # walk REL: like list, for everything below, never entering .git
+walk)  # walk REL MAX: like list, for everything below, never entering .git; at most MAX entries
   inside "$1"
   [ -d "$real" ] || fail %(NOT_DIRECTORY)d
   printf 'O'
-  find "$real" -mindepth 1 \( -name .git -type d -prune \) -o -printf '%%y %%s %%p\0' 2>/dev/null ;;
+  find "$real" -mindepth 1 \( -name .git -type d -prune \) -o -printf '%%y %%s %%p\0' 2>/dev/null \
+    | head -z -n "$2" ;;
 parent)  # parent REL: create REL's parent directories, print REL's canonical form
   inside "$1"; file=$real
   { [ "$file" = "$ws" ] || [ -d "$file" ]; } && fail %(IS_DIRECTORY)d

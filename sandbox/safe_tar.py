@@ -39,14 +39,18 @@ def refusal(member: tarfile.TarInfo) -> str | None:
     return None
 
 
-def extract_safely(archive: BinaryIO, dest: Path, strip_components: int = 0) -> list[str]:
+def extract_safely(archive: BinaryIO, dest: Path, strip_components: int = 0,
+                   max_bytes: int | None = None) -> list[str]:
     """Extract the plain files and directories of a tar stream under `dest`.
 
     `dest` should be empty. Names lose their first `strip_components`
-    components. Returns "name: reason" for every member that was refused.
+    components. Files that would take the total written past `max_bytes` are
+    refused (a sparse file of a terabyte is a few bytes in a container, and
+    all of it here). Returns "name: reason" for every member that was refused.
     """
     dest_real = os.path.realpath(dest)
     refused = []
+    written = 0
     with tarfile.open(fileobj=archive, mode="r|*") as tar:
         for member in tar:
             # Judged by the name as archived, before any component is stripped.
@@ -65,6 +69,10 @@ def extract_safely(archive: BinaryIO, dest: Path, strip_components: int = 0) -> 
                 os.makedirs(target, mode=0o755, exist_ok=True)
                 os.chmod(target, (member.mode & _MODE_BITS) | 0o700)
                 continue
+            if max_bytes is not None and written + member.size > max_bytes:
+                refused.append(f"{shown}: would take what is copied back past {max_bytes:,} bytes")
+                continue
+            written += member.size
             os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
             source = tar.extractfile(member)
             # O_EXCL|O_NOFOLLOW: never write through something already there.

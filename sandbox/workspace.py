@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -27,6 +28,10 @@ from dispatcher.errors import ToolInputError
 # that prints without bound cannot exhaust memory.
 MAX_COMMAND_OUTPUT_BYTES = 4_000_000
 DEFAULT_COMMAND_TIMEOUT_S = 30.0
+# A walk may stop after this many entries and one more (the one more tells the
+# caller the tree went on), so that a hostile tree of millions of files costs
+# bounded memory; callers stop at this many and say so.
+MAX_WALK_ENTRIES = 500_000
 # Removing a workspace: attempts, and the pause between them.
 REMOVE_ATTEMPTS = 3
 REMOVE_RETRY_S = 0.1
@@ -59,7 +64,14 @@ def remove_tree(path: str | os.PathLike) -> bool:
     for attempt in range(REMOVE_ATTEMPTS):
         if attempt:
             time.sleep(REMOVE_RETRY_S)
-        shutil.rmtree(path, ignore_errors=True)
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        except RecursionError:
+            # rmtree recurses once per level, and a hostile repository can be
+            # deeper than Python allows; rm walks by descriptor at any depth.
+            # Its own session keeps a terminal's Ctrl-C from cutting it short.
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", os.fspath(path)], stdin=subprocess.DEVNULL,
+                           capture_output=True, check=False, start_new_session=True)
         if not os.path.lexists(path):
             return True
     return False
@@ -173,7 +185,7 @@ class Workspace(abc.ABC):
     @abc.abstractmethod
     def walk(self, path: str = ".") -> Iterator[Entry]:
         """Every entry below `path`, depth first, sorted; never follows symlinks
-        and never descends into `.git`."""
+        and never descends into `.git`. May stop after MAX_WALK_ENTRIES + 1."""
 
     @abc.abstractmethod
     def write_bytes(self, path: str, data: bytes) -> str:

@@ -7,10 +7,14 @@ import pytest
 
 from dispatcher.errors import ToolInputError, WorkspaceError
 from sandbox.local import LocalWorkspace
-from sandbox.workspace import Command
+from sandbox.docker_container import SANDBOX_UID
+from sandbox.workspace import Command, Entry
 from tests.support.docker_engine import docker_engine, docker_settings, docker_workspace, host_canary  # noqa: F401
 
 pytestmark = pytest.mark.docker
+
+# Deeper than Python's default recursion limit (1,000), as os.walk and shutil.rmtree recurse.
+DEEP_TREE_LEVELS = 1_500
 
 
 def _hostile_tree(root, canary):
@@ -168,3 +172,55 @@ def test_missing_program_is_a_workspace_error(docker_workspace):
     """A program the image lacks is reported like the local backend does."""
     with pytest.raises(WorkspaceError, match="nosuchprogram is not installed or not on PATH"):
         docker_workspace.run(Command(["nosuchprogram"]))
+
+
+def test_handing_the_workspace_over_never_reowns_a_link_target(docker_workspace, host_canary):
+    """As root, the tree is given to the sandbox user before the model runs; links are re-owned themselves,
+    and the host files they name stay root's. Until then only root can reach the workspace's parent."""
+    if os.getuid() != 0:
+        pytest.skip("the hand-over happens only when research runs as root")
+    canary, _ = host_canary
+    parent = docker_workspace.host_dir.parent
+    assert (parent.stat().st_uid, parent.stat().st_mode & 0o777) == (0, 0o700)
+    root = docker_workspace.host_dir
+    (root / "src").mkdir()
+    (root / "src" / "main.c").write_text("int main;\n")
+    os.symlink(str(canary), root / "src" / "to-canary")
+    os.symlink(str(canary.parent), root / "to-host-tmp")
+    docker_workspace.after_prepare()
+    assert canary.stat().st_uid == 0 and canary.parent.stat().st_uid == 0
+    assert os.lstat(root / "src" / "to-canary").st_uid == SANDBOX_UID
+    assert (root / "src" / "main.c").stat().st_uid == SANDBOX_UID
+    assert (root.stat().st_uid, root.stat().st_mode & 0o777) == (SANDBOX_UID, 0o700)
+
+
+def test_a_tree_deeper_than_pythons_recursion_limit_is_handed_over_and_removed(docker_settings):
+    """A hostile repository 1,500 directories deep neither crashes the hand-over nor survives cleanup."""
+    from sandbox.docker import DockerWorkspace
+
+    workspace = DockerWorkspace.open("repo", docker_settings)
+    try:
+        descriptor = os.open(workspace.host_dir, os.O_RDONLY)
+        for _ in range(DEEP_TREE_LEVELS):  # by descriptor: the path outgrows PATH_MAX
+            os.mkdir("d", dir_fd=descriptor)
+            deeper = os.open("d", os.O_RDONLY, dir_fd=descriptor)
+            os.close(descriptor)
+            descriptor = deeper
+        os.close(descriptor)
+        workspace.after_prepare()
+        assert workspace.list_dir(".") == [Entry(path="d", kind="dir", size=0)]
+    finally:
+        workspace.close()
+    assert not workspace.host_dir.parent.exists()
+
+
+def test_a_walk_of_a_huge_tree_stops_after_its_cap(docker_workspace, monkeypatch):
+    """walk lists at most MAX_WALK_ENTRIES + 1 entries, so a tree of millions costs bounded host memory
+    (the cap is lowered here to keep the tree small)."""
+    import sandbox.docker
+
+    monkeypatch.setattr(sandbox.docker, "MAX_WALK_ENTRIES", 9)
+    for number in range(40):
+        (docker_workspace.host_dir / f"file-{number:02d}").write_text("x")
+    docker_workspace.after_prepare()
+    assert len(list(docker_workspace.walk("."))) == 10

@@ -70,7 +70,32 @@ def test_kept_remote_workspace_is_copied_back_without_links(docker_settings, tcp
         message = workspace.kept_message()
         assert str(workspace.host_dir) in message
         assert f"DOCKER_HOST={tcp_engine['DOCKER_HOST']} docker exec -it" in message
-        assert "1 links or special files stayed in the container" in message
+        assert "1 entries stayed in the container (links, special files, or files past the size limit), " \
+            "e.g. workspace/pages/link: is a link" in message
+    finally:
+        docker_engine.containers.get(workspace.container_id).remove(force=True, v=True)
+        import shutil
+
+        shutil.rmtree(workspace.host_dir)
+
+
+def test_kept_remote_workspace_copies_back_no_more_than_its_limit(docker_settings, tcp_engine, docker_engine,
+                                                                  monkeypatch):
+    """A huge sparse file made in the container (no disk there, all of it here) stays in the container
+    when --no-cleanup copies back; the files within the limit come back."""
+    from sandbox import docker_transfer
+
+    monkeypatch.setattr(docker_transfer, "COPY_BACK_MIN_BYTES", 1_000_000)
+    workspace = DockerWorkspace.open("web", docker_settings, environ=tcp_engine)
+    workspace.after_prepare()
+    workspace.write_bytes("pages/a.md", b"fetched page")
+    assert workspace.run(Command(["truncate", "-s", "64M", "pages/sparse"])).exit_code == 0
+    workspace.close(keep=True)
+    try:
+        assert (workspace.host_dir / "pages" / "a.md").read_bytes() == b"fetched page"
+        assert not (workspace.host_dir / "pages" / "sparse").exists()
+        assert "workspace/pages/sparse: would take what is copied back past 1,000,000 bytes" in \
+            workspace.kept_message()
     finally:
         docker_engine.containers.get(workspace.container_id).remove(force=True, v=True)
         import shutil

@@ -56,6 +56,19 @@ def test_close_removes_the_tree_and_is_safe_twice(workspace):
     workspace.close()
 
 
+def test_a_tree_deeper_than_pythons_recursion_limit_is_removed(workspace):
+    """A hostile repository 1,500 directories deep (shutil.rmtree recurses per level) is still removed."""
+    descriptor = os.open(workspace.host_dir, os.O_RDONLY)
+    for _ in range(1_500):  # by descriptor: the path outgrows PATH_MAX
+        os.mkdir("d", dir_fd=descriptor)
+        deeper = os.open("d", os.O_RDONLY, dir_fd=descriptor)
+        os.close(descriptor)
+        descriptor = deeper
+    os.close(descriptor)
+    workspace.close()
+    assert not workspace.host_dir.exists()
+
+
 def test_a_write_after_close_does_not_bring_the_workspace_back(workspace):
     """A tool call still running when the run ends cannot recreate the removed workspace by writing."""
     workspace.close()

@@ -58,10 +58,13 @@ def docker_settings(docker_engine) -> SandboxSettings:
 
 @pytest.fixture
 def docker_workspace(docker_settings):
-    """An open DockerWorkspace (bind-mounted), closed after the test."""
+    """An open, prepared (empty) DockerWorkspace, bind-mounted, closed after the
+    test. A test that writes into host_dir calls after_prepare() again, as a
+    mode does once its content is there."""
     from sandbox.docker import DockerWorkspace
 
     workspace = DockerWorkspace.open("repo", docker_settings)
+    workspace.after_prepare()
     yield workspace
     workspace.close()
 
@@ -162,3 +165,50 @@ def sandbox(request) -> str:
     if request.param == "docker":
         request.getfixturevalue("docker_engine")
     return request.param
+
+
+def running_research_containers(workspace_under: Path | None = None) -> list[str]:
+    """Ids of the research containers running right now; with `workspace_under`,
+    only those whose bind-mounted workspace lies below it (this test's, not
+    another program's on the same engine)."""
+    import docker
+
+    from sandbox.docker_container import LABEL_RUN
+
+    client = docker.from_env()
+    try:
+        running = client.containers.list(filters={"label": LABEL_RUN})
+    finally:
+        client.close()
+    if workspace_under is not None:
+        running = [container for container in running
+                   if any(Path(mount.get("Source") or "/").is_relative_to(workspace_under)
+                          for mount in container.attrs["Mounts"])]
+    return sorted(container.id for container in running)
+
+
+class ContainerWatch:
+    """What research containers of a test were running each time the model was
+    asked: proof that a `--sandbox docker` run really ran its tools in a container."""
+
+    def __init__(self, server, workspace_under: Path) -> None:
+        self.seen: list[list[str]] = []
+        server.on_request = lambda: self.seen.append(running_research_containers(workspace_under))
+
+    def assert_one_container_throughout(self) -> None:
+        assert self.seen, "the model was never asked"
+        assert all(len(running) == 1 for running in self.seen), self.seen
+        assert len({running[0] for running in self.seen}) == 1, self.seen
+
+
+@pytest.fixture
+def sandbox_watch(sandbox, scripted_model, tmp_path):
+    """For a test run on each backend (`sandbox`) whose workspaces live under its
+    tmp_path: on docker, a ContainerWatch on the scripted model, checked after
+    the test; on local, nothing to watch."""
+    if sandbox != "docker":
+        yield None
+        return
+    watch = ContainerWatch(scripted_model, tmp_path)
+    yield watch
+    watch.assert_one_container_throughout()
