@@ -1,10 +1,13 @@
 """read, grep, ls and find over a real LocalWorkspace with real ripgrep, called
 as the model calls them (Tool.invoke with JSON arguments) and judged by the
-text the model gets back. The tree is described in tests/support/workspaces.py."""
+text the model gets back; the containment cases run on the Docker backend too.
+The tree is described in tests/support/workspaces.py."""
 
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 import pytest
 
@@ -18,7 +21,18 @@ from modes.tools.files import (
 )
 from modes.base import Sources
 from sandbox.local import LocalWorkspace
-from tests.support.workspaces import BIG_FILE_LINES, private_tmpdir, project, workspace  # noqa: F401
+from tests.support.docker_engine import docker_engine, docker_settings, sandbox  # noqa: F401
+from tests.support.workspaces import (  # noqa: F401
+    BIG_FILE_LINES,
+    contained_project,
+    private_tmpdir,
+    project,
+    workspace,
+)
+
+
+# How long a call that should answer at once may take before the test calls it hung.
+HANG_GUARD_S = 30
 
 
 # -- read -------------------------------------------------------------------------------------
@@ -271,6 +285,38 @@ def test_find_limit_and_no_match(project):
     assert project.call("find", pattern="*.rs") == "No paths match '*.rs' in .."
 
 
+def test_find_glob_that_would_backtrack_forever_answers_at_once(project):
+    """A glob built to make a regular expression backtrack (each '*' retrying every split of a long name)
+    is matched in linear time: find answers instead of pinning a CPU for hours."""
+    (project.root / ("a" * 200)).write_text("x")
+    answered = []
+    worker = threading.Thread(target=lambda: answered.append(project.call("find", pattern="*a" * 12 + "b")),
+                              daemon=True)
+    worker.start()
+    worker.join(HANG_GUARD_S)
+    assert answered == ["No paths match '" + "*a" * 12 + "b' in .."]
+
+
+def test_find_braces_nest_and_a_pattern_that_multiplies_is_refused(project):
+    """'{a,{b,c}}' nests like a shell's; a pattern expanding to hundreds of globs is refused in one sentence."""
+    assert project.call("find", pattern="{notes,{empty,big}}.{md,txt}") == "big.txt\nempty.txt\nnotes.md"
+    assert project.call("find", pattern="src/**") == "src/\nsrc/app.py\nsrc/util/\nsrc/util/helpers.py"
+    assert project.call("find", pattern="{a,b}" * 6) == \
+        f"Error: pattern {'{a,b}' * 6!r} expands to more than 32 alternatives; use fewer braces"
+
+
+def test_file_names_that_are_not_utf8_reach_the_model_as_escapes(contained_project):
+    """A name that is not UTF-8 is shown with \\x escapes, so the next model request can still be encoded
+    (a lone surrogate ended the run)."""
+    os.close(os.open(os.path.join(os.fsencode(contained_project.root), b"caf\xe9.txt"), os.O_CREAT | os.O_WRONLY))
+    contained_project.workspace.after_prepare()
+    listing = contained_project.call("ls", path=".")
+    found = contained_project.call("find", pattern="caf*")
+    assert "caf\\xe9.txt  (0 bytes)" in listing.splitlines()
+    assert found == "caf\\xe9.txt"
+    json.dumps(listing + found).encode("utf-8")  # what the model request does with them
+
+
 # -- containment: hostile calls ----------------------------------------------------------------
 HOSTILE_CALLS = [
     ("read", {"path": ".."}),
@@ -312,61 +358,61 @@ HOSTILE_CALLS = [
 
 
 @pytest.mark.parametrize("name, arguments", HOSTILE_CALLS, ids=[f"{n}-{a}" for n, a in HOSTILE_CALLS])
-def test_hostile_call_reveals_nothing_outside(project, name, arguments):
+def test_hostile_call_reveals_nothing_outside(contained_project, name, arguments):
     """Escapes through links, '..', absolute paths, NUL bytes and option-like input show no byte from outside."""
-    before = project.files_outside()
-    out = project.tools[name].invoke(json.dumps(arguments))
-    assert project.canary not in out
-    assert "root:x:0:0" not in out and str(project.outside) not in out
-    assert project.files_outside() == before
+    before = contained_project.files_outside()
+    out = contained_project.tools[name].invoke(json.dumps(arguments))
+    assert contained_project.canary not in out
+    assert "root:x:0:0" not in out and str(contained_project.outside) not in out
+    assert contained_project.files_outside() == before
 
 
-def test_refusals_tell_the_model_why(project):
+def test_refusals_tell_the_model_why(contained_project):
     """Each escape is refused with a sentence the model can act on."""
-    assert project.call("read", path="leak.txt") == "Error: 'leak.txt' is outside the workspace"
-    assert project.call("read", path="../../etc/passwd") == "Error: '../../etc/passwd' is outside the workspace"
-    assert project.call("read", path="/etc/passwd") == \
+    assert contained_project.call("read", path="leak.txt") == "Error: 'leak.txt' is outside the workspace"
+    assert contained_project.call("read", path="../../etc/passwd") == "Error: '../../etc/passwd' is outside the workspace"
+    assert contained_project.call("read", path="/etc/passwd") == \
         "Error: '/etc/passwd' is absolute; use a path relative to the workspace root"
-    assert project.call("read", path="a\u0000b") == "Error: path contains a NUL byte"
-    assert project.call("ls", path="outdir") == "Error: 'outdir' is outside the workspace"
-    assert project.call("grep", pattern="x\u0000") == "Error: pattern contains a NUL byte"
-    assert project.call("find", pattern="*", path="..") == "Error: '..' is outside the workspace"
+    assert contained_project.call("read", path="a\u0000b") == "Error: path contains a NUL byte"
+    assert contained_project.call("ls", path="outdir") == "Error: 'outdir' is outside the workspace"
+    assert contained_project.call("grep", pattern="x\u0000") == "Error: pattern contains a NUL byte"
+    assert contained_project.call("find", pattern="*", path="..") == "Error: '..' is outside the workspace"
 
 
-def test_sibling_prefix_path_is_refused(project):
+def test_sibling_prefix_path_is_refused(contained_project):
     """'<root>2' shares the root's name as a prefix but is outside: every tool refuses it."""
-    escape = f"../{project.sibling.name}/secret.txt"
+    escape = f"../{contained_project.sibling.name}/secret.txt"
     for name, arguments in (("read", {"path": escape}),
                             ("grep", {"pattern": "CANARY", "path": escape}),
-                            ("ls", {"path": f"../{project.sibling.name}"}),
-                            ("find", {"pattern": "*", "path": f"../{project.sibling.name}"})):
-        assert project.tools[name].invoke(json.dumps(arguments)) == \
+                            ("ls", {"path": f"../{contained_project.sibling.name}"}),
+                            ("find", {"pattern": "*", "path": f"../{contained_project.sibling.name}"})):
+        assert contained_project.tools[name].invoke(json.dumps(arguments)) == \
             f"Error: {arguments['path']!r} is outside the workspace"
 
 
-def test_grep_never_follows_a_symlinked_directory_out(project):
+def test_grep_never_follows_a_symlinked_directory_out(contained_project):
     """Searching the whole workspace for the canary finds nothing: ripgrep does not follow links."""
-    assert project.call("grep", pattern=project.canary) == f"No matches for {project.canary!r} in .."
-    assert project.call("grep", pattern=project.canary, glob="outdir/**") == \
-        f"No matches for {project.canary!r} in .."
+    assert contained_project.call("grep", pattern=contained_project.canary) == f"No matches for {contained_project.canary!r} in .."
+    assert contained_project.call("grep", pattern=contained_project.canary, glob="outdir/**") == \
+        f"No matches for {contained_project.canary!r} in .."
 
 
-def test_grep_pattern_that_looks_like_an_option_is_searched_for(project):
+def test_grep_pattern_that_looks_like_an_option_is_searched_for(contained_project):
     """'--files' and '--pre=sh' are patterns to find, not options: they match the text holding them."""
-    assert project.call("grep", pattern="--files") == "options.txt:1:rg takes --files and --pre=sh as options"
-    assert project.call("grep", pattern="--pre=sh") == "options.txt:1:rg takes --files and --pre=sh as options"
-    assert not (project.outside / "planted-by-payload").exists()
+    assert contained_project.call("grep", pattern="--files") == "options.txt:1:rg takes --files and --pre=sh as options"
+    assert contained_project.call("grep", pattern="--pre=sh") == "options.txt:1:rg takes --files and --pre=sh as options"
+    assert not (contained_project.outside / "planted-by-payload").exists()
 
 
-def test_paths_that_look_like_options_are_paths(project):
+def test_paths_that_look_like_options_are_paths(contained_project):
     """A file named '-dash.txt' is read, searched and found like any other."""
-    assert project.call("read", path="-dash.txt") == "     1\ta dash greeting"
-    assert project.call("grep", pattern="dash", path="-dash.txt") == "-dash.txt:1:a dash greeting"
-    assert project.call("find", pattern="-*") == "-dash.txt"
-    assert project.call("grep", pattern="x", path="--files") == "Error: '--files' does not exist"
+    assert contained_project.call("read", path="-dash.txt") == "     1\ta dash greeting"
+    assert contained_project.call("grep", pattern="dash", path="-dash.txt") == "-dash.txt:1:a dash greeting"
+    assert contained_project.call("find", pattern="-*") == "-dash.txt"
+    assert contained_project.call("grep", pattern="x", path="--files") == "Error: '--files' does not exist"
 
 
-def test_ignore_file_linked_out_is_never_quoted(project):
+def test_ignore_file_linked_out_is_never_quoted(contained_project):
     """A .gitignore linking to a host file is never echoed back, even when ripgrep cannot parse it."""
-    out = project.call("grep", pattern="zzz-none", path="nest/inner")
+    out = contained_project.call("grep", pattern="zzz-none", path="nest/inner")
     assert out == "No matches for 'zzz-none' in nest/inner."

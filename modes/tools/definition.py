@@ -121,9 +121,25 @@ class Tool:
     def invoke(self, raw_arguments: str | dict | None) -> str:
         """Run the tool; a ToolInputError becomes an error text for the model."""
         try:
-            return self.function(**self.bind(raw_arguments))
+            return sendable(self.function(**self.bind(raw_arguments)))
         except ToolInputError as exc:
-            return f"Error: {exc}"
+            return sendable(f"Error: {exc}")
+
+
+def sendable(text: str) -> str:
+    """`text` as valid UTF-8: a file name that is not (decoded with
+    surrogateescape, as Python decodes names) shows its bytes as \\xNN escapes,
+    where a lone surrogate would make the next model request unencodable and
+    end the run."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name decodes to
+        return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def tool(function: Callable[..., str] | None = None, *, name: str | None = None):

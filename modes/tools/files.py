@@ -17,7 +17,8 @@ from typing import Annotated
 from dispatcher.errors import ToolInputError
 from modes.base import Sources
 from modes.tools.definition import Tool, tool
-from sandbox.workspace import Command, ReadResult, Workspace
+from modes.tools.globbing import glob_matcher
+from sandbox.workspace import MAX_WALK_ENTRIES, Command, ReadResult, Workspace
 
 # read
 MAX_READ_BYTES = 50_000  # output of one read call, notes included
@@ -40,7 +41,7 @@ DEFAULT_LS_LIMIT = 500
 MAX_LS_LIMIT = 5_000
 DEFAULT_FIND_LIMIT = 1_000
 MAX_FIND_LIMIT = 10_000
-MAX_FIND_SCANNED_ENTRIES = 500_000  # a walk stops here, so find ends on any tree
+MAX_FIND_SCANNED_ENTRIES = MAX_WALK_ENTRIES  # a walk stops here, so find ends on any tree
 MAX_PATTERN_CHARS = 1_000
 
 # Room kept under a byte cap for the note that ends a cut output.
@@ -370,58 +371,5 @@ def _describe(name: str, kind: str, size: int) -> str:
 
 
 def _glob_matcher(pattern: str) -> Callable[[str], bool]:
-    """A predicate for paths relative to the search directory: a pattern
-    without '/' matches the last component anywhere; one with '/' matches the
-    whole path; '**' spans directories, '*' and '?' stay within one."""
     _check_argument("pattern", pattern)
-    cleaned = pattern.strip()
-    while cleaned.startswith("./"):
-        cleaned = cleaned[2:]
-    cleaned = cleaned.strip("/") or "*"
-    try:
-        regex = re.compile(_glob_to_regex(cleaned) + r"\Z", re.DOTALL)
-    except re.error as exc:
-        raise ToolInputError(f"pattern {pattern!r} is not a glob this tool understands ({exc.msg})") from None
-    if "/" in cleaned:
-        return lambda relative: regex.match(relative) is not None
-    return lambda relative: regex.match(relative.rsplit("/", 1)[-1]) is not None
-
-
-def _glob_to_regex(pattern: str) -> str:
-    out, i, braces = [], 0, 0
-    while i < len(pattern):
-        char = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[" and "]" in pattern[i + 2:]:
-            end = pattern.index("]", i + 2)
-            body = pattern[i + 1:end]
-            negate = body[:1] in ("!", "^")
-            body = body[1:] if negate else body
-            # Escape everything but ranges, so the class means what the shell means.
-            escaped = "".join(c if c == "-" else re.escape(c) for c in body)
-            out.append("[" + ("^/" if negate else "") + escaped + "]")
-            i = end + 1
-            continue
-        elif char == "{" and "}" in pattern[i:]:
-            out.append("(?:")
-            braces += 1
-        elif char == "," and braces:
-            out.append("|")
-        elif char == "}" and braces:
-            out.append(")")
-            braces -= 1
-        else:
-            out.append(re.escape(char))
-        i += 1
-    return "".join(out)
+    return glob_matcher(pattern)
