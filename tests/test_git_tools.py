@@ -1,20 +1,23 @@
 """The git tools, driven the way the agent drives them: `Tool.invoke` with JSON,
 over a real clone in a LocalWorkspace, including hostile calls and a hostile
-repository configuration."""
+repository configuration, which run in the Docker sandbox too."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
+import tempfile
 from pathlib import Path
 
+import attrs
 import pytest
 
 from modes.clone import clone_repository
 from modes.tools.git import MAX_GIT_OUTPUT_BYTES, git_tools
 from sandbox.local import LocalWorkspace
-from tests.support.git_repos import TEST_BLOB_LIMIT, fixture_git_environment, git, source_repo  # noqa: F401
+from sandbox.workspace import Command, Workspace
+from tests.support.docker_engine import docker_engine, docker_settings, sandbox  # noqa: F401
+from tests.support.git_repos import TEST_BLOB_LIMIT, git, source_repo  # noqa: F401
 
 CANARY = "CANARY-outside-7f3a9c"
 
@@ -184,14 +187,55 @@ def test_blobs_left_out_of_a_partial_clone_are_never_downloaded(tmp_path, source
     assert output.startswith("Error:") and "blob limit" in output
 
 
-# -- hostile calls -------------------------------------------------------------
+# -- hostile calls, on both backends ---------------------------------------------
+
+
+@attrs.frozen
+class Contained:
+    """A full clone in a workspace of one backend, and a directory for hostile
+    programs: `planted` on the host, `seen_as` where the tools' git sees it
+    (outside the workspace locally; inside the workspace in a container, the
+    only place a container's git could find one)."""
+
+    workspace: Workspace
+    tools: dict
+    planted: Path
+    seen_as: str
 
 
 @pytest.fixture
-def escape_links(workspace, outside):
-    """Symlinks inside the workspace that point at the canary outside it."""
-    os.symlink(outside / "canary.txt", workspace.host_dir / "escape.txt")
-    os.symlink(outside, workspace.host_dir / "escape-dir")
+def contained(request, tmp_path, source_repo, outside, sandbox, monkeypatch):
+    from config.schema import SandboxSettings
+    from sandbox import open_workspace as open_backend
+
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    settings = request.getfixturevalue("docker_settings") if sandbox == "docker" else SandboxSettings()
+    workspace = open_backend("repo", settings)
+    try:
+        clone_repository(str(source_repo.path), workspace.host_dir, full=True)
+        os.symlink(outside / "canary.txt", workspace.host_dir / "escape.txt")
+        os.symlink(outside, workspace.host_dir / "escape-dir")
+        os.symlink("/etc/passwd", workspace.host_dir / "passwd-link")
+        if sandbox == "docker":
+            planted, seen_as = workspace.host_dir / ".hostile", "/workspace/.hostile"
+        else:
+            planted = outside / "hostile"
+            seen_as = str(planted)
+        planted.mkdir()
+        planted.chmod(0o777)  # the sandbox user's git must be able to leave its marker
+        workspace.after_prepare()
+        yield Contained(workspace, {t.name: t for t in git_tools(workspace)}, planted, seen_as)
+    finally:
+        workspace.close()
+
+
+def _planted_anywhere(workspace: Workspace) -> str:
+    """Files named pwned* wherever the tools run: in /tmp there, or in the workspace."""
+    result = workspace.run(Command(["find", "/tmp", ".", "-name", "pwned*"]))
+    return result.stdout.decode()
 
 
 HOSTILE_CALLS = [
@@ -205,11 +249,13 @@ HOSTILE_CALLS = [
     ("git_show", {"ref": "HEAD:../outside/canary.txt"}),
     ("git_show", {"ref": "HEAD", "path": "/etc/passwd"}),
     ("git_show", {"ref": "HEAD", "path": "escape.txt"}),
+    ("git_show", {"ref": "HEAD", "path": "passwd-link"}),
     ("git_show", {"ref": "HEAD", "path": "escape-dir/canary.txt"}),
     ("git_show", {"ref": "HEAD", "path": ".git/config"}),
     ("git_show", {"ref": "HEAD\x00--output=/tmp/pwned"}),
     ("git_blame", {"path": "../outside/canary.txt"}),
     ("git_blame", {"path": "escape.txt"}),
+    ("git_blame", {"path": "passwd-link"}),
     ("git_blame", {"path": "README.md", "ref": "--contents=/etc/passwd"}),
     ("git_diff", {"from_ref": "--no-index", "to_ref": "/etc/passwd"}),
     ("git_diff", {"from_ref": "--output=/tmp/pwned-git-diff"}),
@@ -226,23 +272,24 @@ HOSTILE_CALLS = [
 
 
 @pytest.mark.parametrize(("name", "arguments"), HOSTILE_CALLS, ids=[f"{n}:{a}" for n, a in HOSTILE_CALLS])
-def test_hostile_tool_calls_are_refused_without_leaking_or_writing(tools, escape_links, tmp_path, name, arguments):
+def test_hostile_tool_calls_are_refused_without_leaking_or_writing(contained, tmp_path, name, arguments):
     """Options in values, ranges, and paths leading out are refused; nothing outside is read or written."""
     before = sorted(os.listdir(tmp_path))
-    output = call(tools, name, **arguments)
+    output = call(contained.tools, name, **arguments)
     assert output.startswith("Error:"), output
     assert CANARY not in output and "root:x:0" not in output
     assert sorted(os.listdir(tmp_path)) == before
+    assert _planted_anywhere(contained.workspace) == ""
     assert not any(p.name.startswith("pwned") for p in Path("/tmp").iterdir())
 
 
-def test_filter_values_that_look_like_options_stay_patterns(tools, tmp_path):
+def test_filter_values_that_look_like_options_stay_patterns(contained, tmp_path):
     """An author or grep value spelled like an option is matched as text, never obeyed."""
     before = sorted(os.listdir(tmp_path))
-    assert call(tools, "git_log", author="--output=/tmp/pwned-author") == "no commits match"
-    assert call(tools, "git_log", grep="--all") == "no commits match"
+    assert call(contained.tools, "git_log", author="--output=/tmp/pwned-author") == "no commits match"
+    assert call(contained.tools, "git_log", grep="--all") == "no commits match"
     assert sorted(os.listdir(tmp_path)) == before
-    assert not Path("/tmp/pwned-author").exists()
+    assert _planted_anywhere(contained.workspace) == ""
 
 
 def test_unknown_ref_points_the_model_at_git_refs(tools):
@@ -250,54 +297,57 @@ def test_unknown_ref_points_the_model_at_git_refs(tools):
     assert call(tools, "git_log", ref="no-such-branch") == "Error: unknown ref 'no-such-branch' (try git_refs)"
 
 
-def test_path_outside_gets_the_containment_message(tools):
+def test_path_outside_gets_the_containment_message(contained):
     """A path leaving the workspace is refused with the workspace's own message."""
-    assert call(tools, "git_log", path="../x") == "Error: '../x' is outside the workspace"
+    assert call(contained.tools, "git_log", path="../x") == "Error: '../x' is outside the workspace"
 
 
 # -- hostile repository configuration ----------------------------------------------
 
 
 @pytest.fixture
-def hostile_config(tools, workspace, outside) -> Path:
+def hostile_config(contained) -> Path:
     """Rewrite the workspace's .git as a compromised tree would: every program-running
-    key points at a script that leaves a marker outside the workspace."""
-    marker = outside / "hostile-program-ran"
-    evil = outside / "evil.sh"
-    evil.write_text(f"#!/bin/sh\necho \"$0 $*\" >> '{marker}'\ncat\n")
-    evil.chmod(0o755)
-    hooks = outside / "hooks"
+    key points at a script that leaves a marker where the test can see it."""
+    planted, seen_as = contained.planted, contained.seen_as
+    marker = planted / "hostile-program-ran"
+    evil = f"{seen_as}/evil.sh"
+    (planted / "evil.sh").write_text(f"#!/bin/sh\necho \"$0 $*\" >> '{seen_as}/{marker.name}'\ncat\n")
+    (planted / "evil.sh").chmod(0o755)
+    hooks = planted / "hooks"
     hooks.mkdir()
-    git_dir = workspace.host_dir / ".git"
+    git_dir = contained.workspace.host_dir / ".git"
     for directory in (hooks, git_dir / "hooks"):
         directory.mkdir(exist_ok=True)
         for hook_name in ("post-checkout", "reference-transaction", "post-index-change", "fsmonitor-watchman"):
             (directory / hook_name).write_text(f"#!/bin/sh\n'{evil}' hook </dev/null\n")
             (directory / hook_name).chmod(0o755)
-    (outside / "attributes").write_text("* filter=evil diff=evil\n")
+    (planted / "attributes").write_text("* filter=evil diff=evil\n")
     (git_dir / "info").mkdir(exist_ok=True)
     # A driver name with '=' would split a `-c key=value` override in the wrong place.
     (git_dir / "info" / "attributes").write_text("* filter=evil diff=evil\nREADME.md filter=odd=name\n")
     with (git_dir / "config").open("a") as config:
         config.write(
-            f"[core]\n\tfsmonitor = {evil}\n\tpager = {evil}\n\thooksPath = {hooks}\n"
-            f"\tsshCommand = {evil}\n\tattributesFile = {outside / 'attributes'}\n\tworktree = {outside}\n"
-            f"[diff]\n\texternal = {evil}\n\torderFile = {outside / 'canary.txt'}\n"
+            f"[core]\n\tfsmonitor = {evil}\n\tpager = {evil}\n\thooksPath = {seen_as}/hooks\n"
+            f"\tsshCommand = {evil}\n\tattributesFile = {seen_as}/attributes\n\tworktree = {seen_as}\n"
+            f"[diff]\n\texternal = {evil}\n\torderFile = /etc/passwd\n"
             f'[diff "evil"]\n\ttextconv = {evil}\n\tcommand = {evil}\n'
             f'[filter "evil"]\n\tsmudge = {evil}\n\tclean = {evil}\n\trequired = true\n'
             f'[filter "odd=name"]\n\tsmudge = {evil}\n\tclean = {evil}\n\trequired = true\n'
             f"[log]\n\tshowSignature = true\n[gpg]\n\tprogram = {evil}\n"
-            f"[mailmap]\n\tfile = {outside / 'canary.txt'}\n"
+            f"[mailmap]\n\tfile = /etc/passwd\n"
             f"[submodule]\n\trecurse = true\n[protocol]\n\tallow = always\n"
             f"[color]\n\tui = always\n[pager]\n\tlog = {evil}\n\tdiff = {evil}\n"
         )
+    contained.workspace.after_prepare()  # what was written is the sandbox user's, like the rest
     return marker
 
 
-def test_hostile_repository_config_cannot_run_programs(tools, hostile_config, workspace, outside, source_repo):
+def test_hostile_repository_config_cannot_run_programs(contained, hostile_config, source_repo):
     """With hooks, fsmonitor, pager, external diff, textconv and filters pointing at a
     script, no tool runs it, and the tools still work inside the workspace."""
-    before = sorted(os.listdir(outside))
+    tools = contained.tools
+    before = sorted(os.listdir(contained.planted))
     assert "Vendor lib" in call(tools, "git_log")
     assert "+def greet():" in call(tools, "git_show", ref=source_repo.commits[1])
     assert call(tools, "git_show", ref="v0.1", path="src/app.py") == "def main():\n    return 1"
@@ -308,38 +358,47 @@ def test_hostile_repository_config_cannot_run_programs(tools, hostile_config, wo
     assert call(tools, "git_checkout", ref="feature").startswith("HEAD is now at")
     assert "v1.0" in call(tools, "git_refs")
     assert not hostile_config.exists()
-    assert sorted(os.listdir(outside)) == before
-    assert (workspace.host_dir / "feature.txt").exists()
+    assert sorted(os.listdir(contained.planted)) == before
+    assert (contained.workspace.host_dir / "feature.txt").exists()
 
-    # The control: plain git in the same repository does run the script.
-    subprocess.run(["git", "checkout", "-q", "--detach", "v0.1"], cwd=workspace.host_dir,
-                   env=fixture_git_environment(), capture_output=True, check=False)
+    # The control: plain git, where the tools run, in the same repository does run the script.
+    contained.workspace.run(Command(["git", "checkout", "-q", "--detach", "v0.1"]))
     assert hostile_config.exists()
 
 
-def test_hostile_remote_url_is_never_contacted(tmp_path, source_repo, outside):
+def test_hostile_remote_url_is_never_contacted(tmp_path, source_repo, outside, sandbox, request, monkeypatch):
     """A partial clone whose remote became an ext:: command does not run it to fetch missing blobs."""
-    workspace = open_workspace(tmp_path / "partial", source_repo.path, full=True, ref="feature",
-                               blob_limit=TEST_BLOB_LIMIT)
-    marker = outside / "ext-ran"
+    from config.schema import SandboxSettings
+    from sandbox import open_workspace as open_backend
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    settings = request.getfixturevalue("docker_settings") if sandbox == "docker" else SandboxSettings()
+    workspace = open_backend("repo", settings)
+    marker = (workspace.host_dir / "ext-ran") if sandbox == "docker" else (outside / "ext-ran")
+    seen_as = "/workspace/ext-ran" if sandbox == "docker" else str(marker)
     try:
+        clone_repository(str(source_repo.path), workspace.host_dir, full=True, ref="feature",
+                         blob_limit=TEST_BLOB_LIMIT)
         with (workspace.host_dir / ".git" / "config").open("a") as config:
-            config.write(f"[protocol]\n\tallow = always\n[remote \"origin\"]\n\turl = ext::sh -c 'touch {marker}'\n")
+            config.write(f"[protocol]\n\tallow = always\n[remote \"origin\"]\n\turl = ext::sh -c 'touch {seen_as}'\n")
+        workspace.after_prepare()
         tools = {t.name: t for t in git_tools(workspace)}
         assert call(tools, "git_checkout", ref="main").startswith("Error:")
         assert call(tools, "git_show", ref="main:big.bin").startswith("Error:")
+        assert not marker.exists()
     finally:
         workspace.close()
     assert not marker.exists()
 
 
-def test_blame_refuses_a_config_that_reads_a_file_outside(tools, workspace, outside):
-    """blame.ignoreRevsFile would echo a host file in git's error, so git_blame refuses it."""
-    with (workspace.host_dir / ".git" / "config").open("a") as config:
-        config.write(f"[blame]\n\tignoreRevsFile = {outside / 'canary.txt'}\n")
-    output = call(tools, "git_blame", path="README.md")
+def test_blame_refuses_a_config_that_reads_a_file_outside(contained):
+    """blame.ignoreRevsFile would echo a file outside in git's error, so git_blame refuses it."""
+    with (contained.workspace.host_dir / ".git" / "config").open("a") as config:
+        config.write("[blame]\n\tignoreRevsFile = /etc/passwd\n")
+    output = call(contained.tools, "git_blame", path="README.md")
     assert output.startswith("Error: git_blame is unavailable")
-    assert CANARY not in output
+    assert "root:x:0" not in output
 
 
 def test_workspace_git_dir_symlinked_out_is_refused(tmp_path, source_repo, outside):

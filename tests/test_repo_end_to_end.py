@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import cli_environment, leftover_workspaces, research, start_research
-from tests.support.docker_engine import docker_engine, sandbox  # noqa: F401
+from tests.support.docker_engine import (  # noqa: F401
+    docker_engine,
+    running_research_containers,
+    sandbox,
+    sandbox_watch,
+)
 from tests.support.git_repos import closed_port, git, git_daemon, source_repo  # noqa: F401
 from tests.support.scripted_model import (
     answer,
@@ -47,7 +53,8 @@ def _tmpdir(env: dict[str, str]) -> Path:
     return Path(env["TMPDIR"])
 
 
-def test_grep_read_answer_over_git_daemon_cites_verified_lines(git_daemon, scripted_model, run_env, sandbox):  # noqa: F811
+def test_grep_read_answer_over_git_daemon_cites_verified_lines(git_daemon, scripted_model, run_env,  # noqa: F811
+                                                               sandbox, sandbox_watch):
     """A repo cloned over git:// is grepped and read, and the answer's path:line citation is verified (on both backends)."""
     scripted_model.add(
         tool_calls(("grep", {"pattern": "def greet"})),
@@ -303,7 +310,7 @@ def hostile_repo(tmp_path):
 
 
 def test_hostile_tool_calls_leak_no_canary_byte_and_write_nothing_outside(hostile_repo, scripted_model, run_env,  # noqa: F811
-                                                                          sandbox):
+                                                                          sandbox, sandbox_watch):
     """A prompt-injected model's escape attempts are refused on both backends: no canary byte reaches the model,
     no file appears outside."""
     repo, outside, canary, canary_text = hostile_repo
@@ -409,15 +416,20 @@ def _containers_of(pid: int) -> list:
 
 
 @pytest.mark.docker
-def test_sigint_removes_the_container_and_sigkill_leftovers_are_pruned(docker_engine, source_repo,  # noqa: F811
-                                                                       scripted_model, run_env):
-    """Ctrl-C mid-run removes the run's container; after SIGKILL, `research sandbox prune` removes what was left."""
+@pytest.mark.parametrize(("interrupt", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_interrupt_removes_the_container_and_sigkill_leftovers_are_pruned(docker_engine, source_repo,  # noqa: F811
+                                                                          scripted_model, run_env,
+                                                                          interrupt, exit_code):
+    """Ctrl-C or SIGTERM mid-run removes the run's container; after SIGKILL, `research sandbox prune`
+    removes what was left."""
     scripted_model.add(tool_calls(("ls", {})), delay(60, answer("too late")),
                        tool_calls(("ls", {})), delay(60, answer("too late")))
     interrupted = start_research("repo", str(source_repo.path), "q", "--sandbox", "docker", env=run_env)
     running = lambda: len(scripted_model.requests) >= 2 and len(_containers_of(interrupted.pid)) == 1  # noqa: E731
-    assert _signal_when(interrupted, running, "the second model call, container up", signal.SIGINT) == 130
+    assert _signal_when(interrupted, running, "the second model call, container up", interrupt) == exit_code
     assert _containers_of(interrupted.pid) == []
+    assert leftover_workspaces(_tmpdir(run_env)) == []
 
     killed = start_research("repo", str(source_repo.path), "q", "--sandbox", "docker", env=run_env)
     _signal_when(killed, lambda: len(scripted_model.requests) >= 4, "the killed run's second model call",
@@ -445,7 +457,8 @@ def many_files_repo(tmp_path_factory) -> Path:
     return repo
 
 
-def test_ctrl_c_during_cleanup_is_held_until_it_is_done(many_files_repo, scripted_model, run_env, sandbox):  # noqa: F811
+def test_ctrl_c_during_cleanup_is_held_until_it_is_done(many_files_repo, scripted_model, run_env,  # noqa: F811
+                                                        sandbox, sandbox_watch):
     """An impatient second Ctrl-C, sent while the first one's cleanup is removing the workspace, does not cut
     it short: cleanup says it is still working, finishes (container too), and the run exits 130."""
     scripted_model.add(tool_calls(("ls", {})), delay(60, answer("too late")))
@@ -453,6 +466,8 @@ def test_ctrl_c_during_cleanup_is_held_until_it_is_done(many_files_repo, scripte
     try:
         _wait_for(lambda: len(scripted_model.requests) >= 2, "the second model call")
         [workspace] = leftover_workspaces(_tmpdir(run_env))
+        if sandbox == "docker":
+            workspace = workspace / "workspace"  # the Docker backend's sits in a private parent
         entries = _entries(workspace)
         process.send_signal(signal.SIGINT)
         _wait_for(lambda: _entries(workspace) < entries, "cleanup under way", poll_s=0.001)
@@ -474,7 +489,30 @@ def test_no_cleanup_in_docker_prints_the_exec_line(docker_engine, source_repo, s
     result = research("repo", str(source_repo.path), "q", "--sandbox", "docker", "--no-cleanup", "--json",
                       env=run_env)
     assert result.exit_code == 0, result.stderr
-    assert "docker exec -it " in result.stderr and " sh" in result.stderr
+    short_id = re.search(r"docker exec -it ([0-9a-f]{12}) sh$", result.stderr, re.MULTILINE)[1]
+    [kept_container] = [c for c in running_research_containers() if c.startswith(short_id)]
     kept = Path(json.loads(result.stdout)["workspace"])
+    assert f"workspace kept at {kept}" in result.stderr
     assert (kept / "src" / "app.py").exists()
     assert research("sandbox", "prune", env=run_env).exit_code == 0
+    assert kept_container not in running_research_containers()
+
+
+@pytest.mark.docker
+def test_a_sandbox_that_cannot_start_stops_the_run_before_the_model_is_asked(docker_engine, source_repo,  # noqa: F811
+                                                                              scripted_model, tmp_path):
+    """A container the engine refuses (more CPUs than any machine has) fails the run with one sentence,
+    exit 1, before a single model call is paid for, and leaves nothing behind."""
+    config = write_model_config(tmp_path / "config.toml", scripted_model)
+    with config.open("a", encoding="utf-8") as extra:
+        extra.write("\n[sandbox]\ncpus = 100000\n")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    scripted_model.add(answer("No tools needed."))
+    result = research("repo", str(source_repo.path), "q", "--sandbox", "docker",
+                      env=cli_environment(config=config, tmpdir=tmpdir))
+    assert result.exit_code == 1
+    assert result.stderr.startswith("research: cannot create the sandbox container: ")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+    assert scripted_model.requests == []
+    assert leftover_workspaces(tmpdir) == []

@@ -11,7 +11,7 @@ import pytest
 import tomli_w
 
 from tests.support.cli import cli_environment, leftover_workspaces, research
-from tests.support.docker_engine import docker_engine, sandbox  # noqa: F401
+from tests.support.docker_engine import docker_engine, sandbox, sandbox_watch  # noqa: F401
 from tests.support.scripted_model import answer, scripted_model, tool_calls, write_model_config  # noqa: F401
 from tests.support.search_fakes import search_fake, searxng_body  # noqa: F401
 from tests.support.web_server import WebServer, internal_server  # noqa: F401
@@ -51,7 +51,7 @@ def web_env(tmp_path, scripted_model, search_fake, site):  # noqa: F811
 
 
 def test_search_then_two_fetches_in_one_turn_then_an_answer_citing_both(
-        scripted_model, search_fake, site, web_env, sandbox):  # noqa: F811
+        scripted_model, search_fake, site, web_env, sandbox, sandbox_watch):  # noqa: F811
     """search → fetch two pages in one turn → answer citing both; sources and citations check out."""
     history, faq = site.url("/history"), site.url("/faq")
     search_fake.reply_json(searxng_body(("Widget history", history, "The first widget..."),

@@ -25,7 +25,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,9 @@ class ScriptedModelServer:
         self.script: list[Turn] = [_normalised(turn) for turn in script or []]
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
+        # Called as each request arrives, before it is answered: a test's probe
+        # of the world at that moment (which containers run, say).
+        self.on_request: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd = _Server(("127.0.0.1", port), _Handler)
@@ -147,6 +150,8 @@ class ScriptedModelServer:
         return "\n".join(json.dumps(body, ensure_ascii=False) for body in self.requests)
 
     def _next_turn(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Turn | None]:
+        if self.on_request is not None:
+            self.on_request()
         with self._lock:
             self.requests.append(body)
             self.request_headers.append(headers)

@@ -32,6 +32,7 @@ import json
 import os
 import secrets
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -41,6 +42,7 @@ from modes.base import Sources
 from modes.tools.definition import Tool
 from modes.tools.files import file_tools
 from sandbox.local import LocalWorkspace
+from sandbox.workspace import Workspace
 
 BIG_FILE_LINES = 5_000
 WIDE_LINE_CHARS = 5_000
@@ -68,7 +70,7 @@ def workspace(private_tmpdir):
 class Project:
     """A workspace holding the project tree above, its file tools, and what lies outside."""
 
-    workspace: LocalWorkspace
+    workspace: Workspace
     tools: dict[str, Tool]
     sources: Sources
     canary: str  # text found only outside the workspace
@@ -97,6 +99,25 @@ class Project:
 @pytest.fixture
 def project(tmp_path, private_tmpdir, workspace) -> Project:
     """The project tree above in a LocalWorkspace, with read/grep/ls/find built over it."""
+    return _project(workspace, tmp_path)
+
+
+@pytest.fixture
+def contained_project(request, tmp_path, private_tmpdir, sandbox) -> Iterator[Project]:
+    """The project tree above in a workspace of each backend (`sandbox`): the
+    containment tests must hold wherever the tools run."""
+    from config.schema import SandboxSettings
+    from sandbox import open_workspace
+
+    settings = request.getfixturevalue("docker_settings") if sandbox == "docker" else SandboxSettings()
+    opened = open_workspace("repo", settings)
+    try:
+        yield _project(opened, tmp_path)
+    finally:
+        opened.close()
+
+
+def _project(workspace: Workspace, tmp_path: Path) -> Project:
     canary = f"CANARY-{secrets.token_hex(8)}"
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -108,6 +129,7 @@ def project(tmp_path, private_tmpdir, workspace) -> Project:
     sibling = Path(str(root) + "2")
     sibling.mkdir()
     (sibling / "secret.txt").write_text(canary + "\n")
+    workspace.after_prepare()
     sources = Sources()
     tools = {built.name: built for built in file_tools(workspace, sources)}
     return Project(workspace=workspace, tools=tools, sources=sources, canary=canary,
