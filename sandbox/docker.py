@@ -21,6 +21,7 @@ import os
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -38,9 +39,11 @@ from sandbox.docker_container import (
     reap,
 )
 from sandbox.docker_engine import (
+    SSH_CHANNEL_LIMITS,
     connect,
     engine_errors,
     image_name,
+    over_ssh,
     reason,
     require_image,
     translated,
@@ -91,7 +94,8 @@ class DockerWorkspace(Workspace):
         # costs more than the call itself); see sandbox.docker_channel.
         # Only used once the container has started (after _running() or in _start).
         self._channels = ChannelPool(client.api, lambda: self._container.id, user=f"{uid}:{gid}",
-                                     environment=container_environment())
+                                     environment=container_environment(),
+                                     **(SSH_CHANNEL_LIMITS if over_ssh({"DOCKER_HOST": docker_host or ""}) else {}))
         self._starter = threading.Thread(target=self._start, name=f"start {identity.container_name}", daemon=True)
 
     @classmethod
@@ -234,7 +238,10 @@ class DockerWorkspace(Workspace):
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
             tar.addfile(member, io.BytesIO(data))
-        with translated(f"write {path!r} into the sandbox container"):
+        give_up = time.monotonic() + self._settings.exec_timeout_s
+        with self._channels.exec_slot(give_up) as has_slot, translated(f"write {path!r} into the sandbox container"):
+            if not has_slot:
+                raise SandboxError(f"writing {path!r} into the sandbox container timed out")
             self._running().put_archive(directory, archive.getvalue())
         return helper.relative(payload)
 

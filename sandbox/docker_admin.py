@@ -62,7 +62,9 @@ def build_image(settings, progress: Callable[[str], None] | None = None,
             for event in events:
                 if "error" in event:
                     detail = event.get("errorDetail", {}).get("message") or event["error"]
-                    raise SandboxError(f"building {tag} failed: {' '.join(str(detail).split())}")
+                    hint = "" if base else (f"; without a registry, import a base as {OFFLINE_BASE_IMAGE} first "
+                                            "(scripts/setup-docker.sh in the source tree does it with debootstrap)")
+                    raise SandboxError(f"building {tag} failed: {' '.join(str(detail).split())}{hint}")
                 line = str(event.get("stream", "")).strip()
                 if line:
                     say(line)

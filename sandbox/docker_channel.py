@@ -43,10 +43,11 @@ fork, it answers `F<nonce>\n` alone. Nothing is buffered in the container.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from dispatcher.errors import SandboxError
 from sandbox.docker_engine import translated
@@ -339,14 +340,18 @@ class _DeadlinePassed(Exception):
 class ChannelPool:
     """Command servers for one container, lent one call at a time.
 
-    A call takes an idle server, or opens one while fewer than MAX_CHANNELS
-    exist, or else runs as a plain exec; so parallel tool calls never queue
+    A call takes an idle server, or opens one while fewer than `max_channels`
+    (MAX_CHANNELS unless the engine is reached over SSH) exist, or else runs as a plain exec; so parallel tool calls never queue
     behind each other, and a workspace whose servers cannot start still works.
     """
 
     def __init__(self, api, container_id: Callable[[], str], *, user: str,
-                 environment: Mapping[str, str]) -> None:
+                 environment: Mapping[str, str], max_channels: int | None = None,
+                 max_parallel_execs: int | None = None) -> None:
         self._api = api
+        self._max_channels = MAX_CHANNELS if max_channels is None else max_channels
+        # Execs being started at once, plain ones and servers' (None: any number).
+        self._exec_slots = threading.BoundedSemaphore(max_parallel_execs) if max_parallel_execs else None
         self._container_id = container_id
         self._user = user
         self._environment = dict(environment)
@@ -388,13 +393,31 @@ class ChannelPool:
                 else:
                     self._give_back(channel)
                 return outcome
-        left = give_up - time.monotonic()
-        if left <= 0:
-            return ExecOutcome(exit_code=None, stdout=b"", stderr=b"", stdout_overflowed=False,
-                               deadline_passed=True, elapsed_s=deadline_s)
-        return exec_argv(self._api, self._container_id(), killing_leftovers(argv), user=self._user, workdir="/",
-                         environment=environment, deadline_s=left, max_stdout_bytes=max_stdout_bytes,
-                         max_stderr_bytes=max_stderr_bytes, want_exit_code=want_exit_code)
+        with self.exec_slot(give_up) as has_slot:
+            left = give_up - time.monotonic()
+            if not has_slot or left <= 0:
+                return ExecOutcome(exit_code=None, stdout=b"", stderr=b"", stdout_overflowed=False,
+                                   deadline_passed=True, elapsed_s=deadline_s)
+            return exec_argv(self._api, self._container_id(), killing_leftovers(argv), user=self._user,
+                             workdir="/", environment=environment, deadline_s=left,
+                             max_stdout_bytes=max_stdout_bytes, max_stderr_bytes=max_stderr_bytes,
+                             want_exit_code=want_exit_code)
+
+    @contextlib.contextmanager
+    def exec_slot(self, give_up: float) -> Iterator[bool]:
+        """Whether an exec (or another streaming API call, such as an archive
+        upload) may start now, waiting until `give_up` (a time.monotonic()
+        value) for one of the limited slots when there is a limit."""
+        if self._exec_slots is None:
+            yield True
+            return
+        if not self._exec_slots.acquire(timeout=max(give_up - time.monotonic(), 0)):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self._exec_slots.release()
 
     def close(self) -> None:
         with self._lock:
@@ -415,19 +438,23 @@ class ChannelPool:
                 return None
             if self._idle:
                 return self._idle.pop()
-            if self._count >= MAX_CHANNELS or self._open_failures >= MAX_OPEN_FAILURES:
+            if self._count >= self._max_channels or self._open_failures >= MAX_OPEN_FAILURES:
                 return None
             self._count += 1
         try:
-            return Channel.open(self._api, self._container_id(), user=self._user, environment=self._environment,
-                                timeout_s=open_timeout_s)
+            # Opening a server starts an exec too, so it counts against the limit.
+            with self.exec_slot(time.monotonic() + open_timeout_s) as has_slot:
+                if has_slot:
+                    return Channel.open(self._api, self._container_id(), user=self._user,
+                                        environment=self._environment, timeout_s=open_timeout_s)
         except (ChannelBroken, SandboxError, OSError):
             # The plain exec that follows reports a real problem (the container
             # gone) in its own words; a server that cannot start only costs speed.
             with self._lock:
-                self._count -= 1
                 self._open_failures += 1
-            return None
+        with self._lock:
+            self._count -= 1
+        return None
 
     def _give_back(self, channel: Channel) -> None:
         with self._lock:

@@ -22,6 +22,14 @@ DEFAULT_ENGINE_ADDRESS = "unix:///var/run/docker.sock"
 API_TIMEOUT_S = 60
 IMAGE_REPOSITORY = "research-sandbox"
 _LOCAL_SCHEMES = ("unix://", "npipe://")
+# Over ssh:// the SDK (through paramiko) carries every HTTP connection, and
+# every command server's attached stream, as a session of one SSH connection,
+# and sshd allows 10 sessions a connection (MaxSessions). Its connection pools
+# are kept per request URL (9 of them by default, each holding idle sessions),
+# so these keep a run within that: 2 pools of 1 idle connection, 4 servers,
+# and one plain exec at a time (two sessions) for calls beyond the servers.
+SSH_CLIENT_OPTIONS = {"num_pools": 2, "max_pool_size": 1}
+SSH_CHANNEL_LIMITS = {"max_channels": 4, "max_parallel_execs": 1}
 
 
 def project_version() -> str:
@@ -67,8 +75,12 @@ def connect(environ: Mapping[str, str] = os.environ, timeout_s: float = API_TIME
     import docker
 
     try:
-        client = docker.from_env(environment=dict(environ), timeout=timeout_s)
-    except docker.errors.DockerException as exc:
+        if over_ssh(environ):
+            client = docker.DockerClient(**docker.utils.kwargs_from_env(environment=dict(environ)),
+                                         timeout=timeout_s, **SSH_CLIENT_OPTIONS)
+        else:
+            client = docker.from_env(environment=dict(environ), timeout=timeout_s)
+    except (*engine_errors(), OSError) as exc:  # over ssh://, the SSH connection is made here
         raise _unreachable(environ, exc) from exc
     try:
         client.ping()
@@ -78,12 +90,18 @@ def connect(environ: Mapping[str, str] = os.environ, timeout_s: float = API_TIME
     return client
 
 
+def over_ssh(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the engine is reached through SSH (DOCKER_HOST=ssh://...)."""
+    return engine_address(environ).startswith("ssh://")
+
+
 def engine_errors() -> tuple[type[BaseException], ...]:
     """What a Docker SDK call raises when the engine fails or cannot be reached."""
     import docker
+    import paramiko
     import requests
 
-    return (docker.errors.DockerException, requests.exceptions.RequestException)
+    return (docker.errors.DockerException, requests.exceptions.RequestException, paramiko.SSHException)
 
 
 @contextlib.contextmanager

@@ -116,8 +116,9 @@ class FrameReader:
         self._reader = response.raw._fp.fp
         raw = getattr(self._reader, "raw", self._reader)
         # The object whose timeout bounds a receive and that takes writes: the
-        # socket under a SocketIO, or the SSL socket or SSH channel itself.
-        self._socket = getattr(raw, "_sock", raw)
+        # socket under a SocketIO, the SSL socket itself, or the SSH channel
+        # under paramiko's file (ssh:// engines).
+        self._socket = getattr(raw, "_sock", None) or getattr(self._reader, "channel", None) or raw
         self.deadline = deadline
         self._buffer = b""
         self._kind = _STDOUT
@@ -170,7 +171,7 @@ class FrameReader:
             return None
         self._socket.settimeout(remaining)
         try:
-            data = self._reader.read1(_RECV_BYTES)
+            data = self._receive()
         except (socket.timeout, TimeoutError):
             self.deadline_passed = True
             return None
@@ -178,6 +179,17 @@ class FrameReader:
             return None
         self._buffer = data[limit:]
         return data[:limit]
+
+
+    def _receive(self) -> bytes:
+        """What has arrived, without waiting for more than one receive."""
+        read1 = getattr(self._reader, "read1", None)
+        if read1 is not None:
+            return read1(_RECV_BYTES)
+        # paramiko's file (ssh://) has no read1, and its read waits for all it
+        # was asked for: take what it holds, else one receive from the channel.
+        held, self._reader._rbuffer = self._reader._rbuffer, b""
+        return held or self._socket.recv(_RECV_BYTES)
 
 
 def _exit_code(api, exec_id: str) -> int | None:

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)
 IMAGE=${RESEARCH_SANDBOX_IMAGE:-research-sandbox:$VERSION}
-# The imported debootstrap tree; build_image() in sandbox/docker_image.py prefers it when present.
+# The imported debootstrap tree; `research sandbox build` (sandbox/docker_admin.py) prefers it when present.
 BASE_IMAGE=research-sandbox-base:bookworm
 SUITE=bookworm
 SOCKET=/var/run/docker.sock
@@ -51,11 +51,24 @@ install_packages() {
   local missing=()
   command -v dockerd >/dev/null || missing+=(docker.io)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
+  # CI (RESEARCH_REQUIRE_DOCKER=1) also runs the ssh:// engine test against an
+  # sshd the test starts on loopback; a developer's machine is not given one.
+  if [ "${RESEARCH_REQUIRE_DOCKER:-}" = 1 ] && [ ! -x /usr/sbin/sshd ]; then
+    missing+=(openssh-server)
+  fi
   [ ${#missing[@]} -eq 0 ] && return
   [ "$(id -u)" = 0 ] || die "installing ${missing[*]} needs root"
   say "installing ${missing[*]}"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  # No package may start a service (an sshd on port 22, say): policy-rc.d refuses.
+  local policy=/usr/sbin/policy-rc.d made_policy=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made_policy=1
+  fi
+  local status=0
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null || status=$?
+  [ -z "$made_policy" ] || rm -f "$policy"
+  [ "$status" = 0 ] || die "apt-get install ${missing[*]} failed ($status)"
 }
 
 start_engine() {

@@ -1,6 +1,8 @@
-"""A remote engine (DOCKER_HOST=tcp://...) gets the workspace copied in and out, never bind-mounted."""
+"""A remote engine (DOCKER_HOST=tcp://... or ssh://...) gets the workspace copied in and out, never
+bind-mounted."""
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -11,6 +13,7 @@ from tests.support.docker_engine import (  # noqa: F401
     docker_settings,
     host_canary,
     inspect,
+    ssh_engine,
     tcp_engine,
 )
 
@@ -109,3 +112,25 @@ def test_remote_close_removes_container_and_volume(docker_settings, tcp_engine, 
     volume = inspect(docker_engine, workspace.container_id)["Mounts"][0]["Name"]
     workspace.close()
     assert volume not in {v.name for v in docker_engine.volumes.list()}
+
+
+def test_ssh_engine_runs_parallel_tool_calls_within_sshds_session_limit(docker_settings, ssh_engine, docker_engine):
+    """Over ssh:// (a real sshd on loopback, MaxSessions 10 as shipped), the workspace is copied in, and
+    eight parallel commands and sixteen parallel writes all succeed: the SDK's sessions stay within the
+    limit; closing removes the container."""
+    workspace = DockerWorkspace.open("web", docker_settings, environ=ssh_engine)
+    try:
+        (workspace.host_dir / "README.md").write_text("over ssh\n")
+        workspace.after_prepare()
+        assert inspect(docker_engine, workspace.container_id)["Mounts"][0]["Type"] == "volume"
+        with ThreadPoolExecutor(8) as pool:
+            outputs = list(pool.map(lambda n: workspace.run(Command(["sh", "-c", f"sleep 0.2; echo {n}"])).stdout,
+                                    range(8)))
+            written = list(pool.map(lambda n: workspace.write_bytes(f"pages/{n}.md", b"page"), range(16)))
+        assert outputs == [f"{n}\n".encode() for n in range(8)]
+        assert written == [f"pages/{n}.md" for n in range(16)]
+        assert workspace.read_bytes("README.md", 100).data == b"over ssh\n"
+        container_id = workspace.container_id
+    finally:
+        workspace.close()
+    assert container_id not in {c.id for c in docker_engine.containers.list(all=True)}

@@ -23,6 +23,7 @@ REQUIRE_DOCKER_VARIABLE = "RESEARCH_REQUIRE_DOCKER"
 TEST_MEMORY = "192m"
 TEST_PIDS_LIMIT = 64
 TEST_EXEC_TIMEOUT_S = 30
+SSHD_START_TIMEOUT_S = 10
 
 
 def docker_unavailable(reason: str):
@@ -101,6 +102,60 @@ def tcp_engine(docker_engine):
     environ["DOCKER_HOST"] = f"tcp://127.0.0.1:{forwarder.port}"
     yield environ
     forwarder.close()
+
+
+@pytest.fixture
+def ssh_engine(docker_engine, tmp_path, monkeypatch):
+    """The same engine reached over SSH: an environment with
+    DOCKER_HOST=ssh://<user>@127.0.0.1:<port>, and HOME (set in this process
+    too, where paramiko reads ~/.ssh) whose ~/.ssh names the key and trusts the
+    host key; served by a real OpenSSH sshd started for the test on loopback
+    (the SDK then runs `docker system dial-stdio` through it)."""
+    import getpass
+    import shutil
+    import subprocess
+    import time
+
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not os.path.exists(sshd):
+        docker_unavailable("the ssh:// engine test needs OpenSSH's sshd (Debian: openssh-server)")
+    directory = tmp_path / "sshd"
+    ssh_dir = tmp_path / "home" / ".ssh"
+    ssh_dir.mkdir(parents=True)
+    directory.mkdir()
+    for key in (directory / "host_key", ssh_dir / "id_ed25519"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    (directory / "authorized_keys").write_text((ssh_dir / "id_ed25519.pub").read_text())
+    with socket.socket() as probe:  # a free port for sshd (it cannot report the one it got)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (directory / "sshd_config").write_text(
+        f"ListenAddress 127.0.0.1\nPort {port}\nHostKey {directory / 'host_key'}\n"
+        f"AuthorizedKeysFile {directory / 'authorized_keys'}\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUsePAM no\n"
+        f"PidFile {directory / 'sshd.pid'}\nStrictModes no\n")
+    host_key = " ".join((directory / "host_key.pub").read_text().split()[:2])
+    (ssh_dir / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key}\n")
+    (ssh_dir / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {ssh_dir / 'id_ed25519'}\n")
+    Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory, when root
+    server = subprocess.Popen([sshd, "-D", "-e", "-f", str(directory / "sshd_config")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + SSHD_START_TIMEOUT_S
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                docker_unavailable(f"sshd did not start: {server.stderr.read().decode(errors='replace')[-300:]}")
+            time.sleep(0.05)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
+    environ.update(HOME=str(tmp_path / "home"), DOCKER_HOST=f"ssh://{getpass.getuser()}@127.0.0.1:{port}")
+    monkeypatch.setenv("HOME", environ["HOME"])
+    yield environ
+    server.terminate()
+    server.wait()
 
 
 class _Forwarder:
