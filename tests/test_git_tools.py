@@ -412,3 +412,34 @@ def test_workspace_git_dir_symlinked_out_is_refused(tmp_path, source_repo, outsi
     finally:
         workspace.close()
     assert output.startswith("Error:")
+
+
+def test_configuration_a_checkout_brings_in_is_neutralised_before_the_next_call(contained):
+    """The configuration is read again after git_checkout: a filter defined in a file that only the checked-out
+    branch has (and that .git/config includes) is overridden before git_diff cleans the modified work tree."""
+    root, planted, seen_as = contained.workspace.host_dir, contained.planted, contained.seen_as
+    marker = planted / "filter-ran"
+    (planted / "evil.sh").write_text(f"#!/bin/sh\necho ran >> '{seen_as}/filter-ran'\ncat\n")
+    (planted / "evil.sh").chmod(0o755)
+    # The tree may already be the sandbox user's: this git, on the host, is told to trust it.
+    host_git = lambda *args: git("-c", "safe.directory=*", *args, cwd=root)  # noqa: E731
+    host_git("checkout", "--quiet", "-b", "hostile")
+    (root / "evil.cfg").write_text(f'[filter "evil"]\n\tclean = {seen_as}/evil.sh\n')
+    (root / ".gitattributes").write_text("* filter=evil\n")
+    host_git("add", "evil.cfg", ".gitattributes")
+    host_git("-c", "user.name=x", "-c", "user.email=x@x", "commit", "--quiet", "-m", "hostile")
+    host_git("checkout", "--quiet", "main")
+    with (root / ".git" / "config").open("a") as config:
+        config.write("[include]\n\tpath = ../evil.cfg\n")
+    contained.workspace.after_prepare()
+
+    assert "Vendor lib" in call(contained.tools, "git_log")  # read on main, where evil.cfg does not exist
+    assert call(contained.tools, "git_checkout", ref="hostile").startswith("HEAD is now at")
+    with (root / "README.md").open("a") as readme:
+        readme.write("changed\n")
+    assert "+changed" in call(contained.tools, "git_diff", from_ref="HEAD")
+    assert not marker.exists()
+
+    # The control: plain git, where the tools run, does run the filter.
+    contained.workspace.run(Command(["git", "diff", "HEAD"]))
+    assert marker.exists()

@@ -14,8 +14,11 @@ outranks it, and the program-running keys it sets are overridden one by one
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import re
+import threading
+from collections.abc import Iterator
 from typing import Annotated, Literal
 
 from dispatcher.errors import ToolInputError
@@ -73,6 +76,7 @@ _SHALLOW_NOTE = "(shallow clone: older history is not available)"
 
 def git_tools(workspace: Workspace) -> list[Tool]:
     """The git tools, closed over `workspace` (whose root is the repository)."""
+    repository = _Repository(workspace)
 
     @tool
     def git_log(
@@ -84,23 +88,23 @@ def git_tools(workspace: Workspace) -> list[Tool]:
         grep: Annotated[str | None, "Only commits whose message matches this pattern."] = None,
     ) -> str:
         """List commits, newest first, one line each: short id, date, [author], subject."""
-        git = _Git(workspace, "git_log")
-        if not 1 <= limit <= MAX_LOG_LIMIT:
-            raise ToolInputError(f"limit must be between 1 and {MAX_LOG_LIMIT}")
-        commit = git.commit(ref)
-        filters = [
-            f"--{name}={_filter_value(name, value)}"
-            for name, value in (("author", author), ("since", since), ("grep", grep))
-            if value is not None
-        ]
-        output = git.run(
-            "log", f"--max-count={limit}", "--date=short", "--format=%h %ad [%an] %s", *filters, commit,
-            "--", *git.pathspec(path),
-        )
-        lines = output.splitlines()
-        if len(lines) < limit and git.is_shallow():
-            output = f"{output}\n{_SHALLOW_NOTE}" if lines else _SHALLOW_NOTE
-        return output or "no commits match"
+        with repository.call("git_log") as git:
+            if not 1 <= limit <= MAX_LOG_LIMIT:
+                raise ToolInputError(f"limit must be between 1 and {MAX_LOG_LIMIT}")
+            commit = git.commit(ref)
+            filters = [
+                f"--{name}={_filter_value(name, value)}"
+                for name, value in (("author", author), ("since", since), ("grep", grep))
+                if value is not None
+            ]
+            output = git.run(
+                "log", f"--max-count={limit}", "--date=short", "--format=%h %ad [%an] %s", *filters, commit,
+                "--", *git.pathspec(path),
+            )
+            lines = output.splitlines()
+            if len(lines) < limit and git.is_shallow():
+                output = f"{output}\n{_SHALLOW_NOTE}" if lines else _SHALLOW_NOTE
+            return output or "no commits match"
 
     @tool
     def git_show(
@@ -108,21 +112,21 @@ def git_tools(workspace: Workspace) -> list[Tool]:
         path: Annotated[str | None, "Show this file (workspace-relative) as it was at ref instead."] = None,
     ) -> str:
         """Show a commit (message, changed-file summary and patch), or a file as it was at a commit."""
-        git = _Git(workspace, "git_show")
-        revision, spec_path = _split_spec(ref)
-        if spec_path is not None and path is not None:
-            raise ToolInputError("give the file either as REF:PATH or as path, not both")
-        path = spec_path if spec_path is not None else path
-        commit = git.commit(revision)
-        if path is None:
-            return git.run("show", "--no-ext-diff", "--no-textconv", "--stat", "--patch", "--format=fuller",
-                           "--date=iso", commit, hint="use git_diff with a path to see one file")
-        tree_path = git.tree_path(path)
-        output = git.run("show", "--no-ext-diff", "--no-textconv", f"{commit}:{tree_path}",
-                         hint="read the file in the workspace with an offset instead")
-        if "\x00" in output[:BINARY_SNIFF_BYTES]:
-            return f"{tree_path or '.'} at {revision} is a binary file; not shown"
-        return output
+        with repository.call("git_show") as git:
+            revision, spec_path = _split_spec(ref)
+            if spec_path is not None and path is not None:
+                raise ToolInputError("give the file either as REF:PATH or as path, not both")
+            path = spec_path if spec_path is not None else path
+            commit = git.commit(revision)
+            if path is None:
+                return git.run("show", "--no-ext-diff", "--no-textconv", "--stat", "--patch", "--format=fuller",
+                               "--date=iso", commit, hint="use git_diff with a path to see one file")
+            tree_path = git.tree_path(path)
+            output = git.run("show", "--no-ext-diff", "--no-textconv", f"{commit}:{tree_path}",
+                             hint="read the file in the workspace with an offset instead")
+            if "\x00" in output[:BINARY_SNIFF_BYTES]:
+                return f"{tree_path or '.'} at {revision} is a binary file; not shown"
+            return output
 
     @tool
     def git_blame(
@@ -132,14 +136,14 @@ def git_tools(workspace: Workspace) -> list[Tool]:
         end_line: Annotated[int | None, "Last line to blame, inclusive."] = None,
     ) -> str:
         """Show who last changed each line of a file: commit, author, date, line number and text."""
-        git = _Git(workspace, "git_blame")
-        line_range = _line_range(start_line, end_line)
-        commit = git.commit(ref)
-        tree_path = git.tree_path(path)
-        if not tree_path:
-            raise ToolInputError("path must name a file, not the workspace root")
-        return git.run("blame", "--no-textconv", "--date=short", *line_range, commit, "--", tree_path,
-                       hint="blame fewer lines with start_line and end_line")
+        with repository.call("git_blame") as git:
+            line_range = _line_range(start_line, end_line)
+            commit = git.commit(ref)
+            tree_path = git.tree_path(path)
+            if not tree_path:
+                raise ToolInputError("path must name a file, not the workspace root")
+            return git.run("blame", "--no-textconv", "--date=short", *line_range, commit, "--", tree_path,
+                           hint="blame fewer lines with start_line and end_line")
 
     @tool
     def git_diff(
@@ -148,65 +152,92 @@ def git_tools(workspace: Workspace) -> list[Tool]:
         path: Annotated[str | None, "Only this file or directory (workspace-relative)."] = None,
     ) -> str:
         """Show what changed between two commits: a changed-file summary, then the patch."""
-        git = _Git(workspace, "git_diff")
-        commits = [git.commit(from_ref)] + ([git.commit(to_ref)] if to_ref is not None else [])
-        output = git.run("diff", "--no-ext-diff", "--no-textconv", "--stat", "--patch", *commits,
-                         "--", *git.pathspec(path), hint="narrow the diff with path")
-        return output or "no differences"
+        with repository.call("git_diff") as git:
+            commits = [git.commit(from_ref)] + ([git.commit(to_ref)] if to_ref is not None else [])
+            output = git.run("diff", "--no-ext-diff", "--no-textconv", "--stat", "--patch", *commits,
+                             "--", *git.pathspec(path), hint="narrow the diff with path")
+            return output or "no differences"
 
     @tool
     def git_refs(
         kind: Annotated[Literal["branches", "tags", "all"], "Which refs to list."] = "all",
     ) -> str:
         """List branches and/or tags with the commit each points to, its date and subject."""
-        git = _Git(workspace, "git_refs")
-        patterns = {
-            "branches": ("refs/heads", "refs/remotes"),
-            "tags": ("refs/tags",),
-            "all": ("refs/heads", "refs/remotes", "refs/tags"),
-        }[kind]
-        listing = git.run(
-            "for-each-ref", f"--count={MAX_REFS_LISTED + 1}",
-            "--format=%(refname:short)  %(if)%(*objectname)%(then)%(*objectname:short)"
-            "%(else)%(objectname:short)%(end)  %(creatordate:short)  %(contents:subject)",
-            *patterns,
-        ).splitlines()
-        if len(listing) > MAX_REFS_LISTED:
-            listing = [*listing[:MAX_REFS_LISTED], f"[more than {MAX_REFS_LISTED} refs; only the first are listed]"]
-        branch = git.run("rev-parse", "--abbrev-ref", "HEAD").strip()
-        head = f"HEAD: {git.run('rev-parse', '--short', 'HEAD').strip()}" + (
-            " (detached)" if branch == "HEAD" else f" (branch {branch})"
-        )
-        return "\n".join([head, *(listing or [f"no {kind if kind != 'all' else 'branches or tags'}"])])
+        with repository.call("git_refs") as git:
+            patterns = {
+                "branches": ("refs/heads", "refs/remotes"),
+                "tags": ("refs/tags",),
+                "all": ("refs/heads", "refs/remotes", "refs/tags"),
+            }[kind]
+            listing = git.run(
+                "for-each-ref", f"--count={MAX_REFS_LISTED + 1}",
+                "--format=%(refname:short)  %(if)%(*objectname)%(then)%(*objectname:short)"
+                "%(else)%(objectname:short)%(end)  %(creatordate:short)  %(contents:subject)",
+                *patterns,
+            ).splitlines()
+            if len(listing) > MAX_REFS_LISTED:
+                listing = [*listing[:MAX_REFS_LISTED], f"[more than {MAX_REFS_LISTED} refs; only the first are listed]"]
+            branch = git.run("rev-parse", "--abbrev-ref", "HEAD").strip()
+            head = f"HEAD: {git.run('rev-parse', '--short', 'HEAD').strip()}" + (
+                " (detached)" if branch == "HEAD" else f" (branch {branch})"
+            )
+            return "\n".join([head, *(listing or [f"no {kind if kind != 'all' else 'branches or tags'}"])])
 
     @tool
     def git_checkout(
         ref: Annotated[str, "Branch, tag or commit to check out (detached)."],
     ) -> str:
         """Check out a commit so that the file tools (read, grep, ls) see the tree as it was then."""
-        git = _Git(workspace, "git_checkout")
-        commit = git.commit(ref)
-        git.run("checkout", "--quiet", "--detach", commit)
-        summary = git.run("log", "-1", "--format=%h %s", commit).strip()
-        return f"HEAD is now at {summary}; the file tools now show this version"
+        with repository.call("git_checkout") as git:
+            commit = git.commit(ref)
+            git.run("checkout", "--quiet", "--detach", commit)
+            summary = git.run("log", "-1", "--format=%h %s", commit).strip()
+            return f"HEAD is now at {summary}; the file tools now show this version"
 
     return [git_log, git_show, git_blame, git_diff, git_refs, git_checkout]
 
 
-class _Git:
-    """Runs contained git commands in one workspace for one tool call.
+class _Repository:
+    """One workspace's repository as the git tools see it.
 
-    The repository's configuration is inspected once per call (not once per
-    tool factory), so a configuration changed between calls is still caught.
+    Calls take turns: a checkout changes the work tree, and with it any
+    configuration the repository includes from there (`include.path`,
+    `includeIf "onbranch:..."`), so no call may run git on half of one, nor
+    with overrides made for the configuration before it. The configuration is
+    read at the first call and again after every checkout: nothing else the
+    tools run writes it (hooks and every program-running key are disabled).
     """
 
-    def __init__(self, workspace: Workspace, tool_name: str) -> None:
+    def __init__(self, workspace: Workspace) -> None:
         self._workspace = workspace
-        self._check_repository()
-        self._environment, present = self._neutralising_environment()
-        refused = [key for key, name in _REFUSED_KEYS.items() if name == tool_name and key in present]
-        if refused:
-            raise ToolInputError(f"{tool_name} is unavailable: the repository's configuration sets {refused[0]}")
+        self._lock = threading.Lock()
+        self._config: tuple[dict[str, str], set[str]] | None = None
+
+    @contextlib.contextmanager
+    def call(self, tool_name: str) -> Iterator["_Git"]:
+        with self._lock:
+            try:
+                if self._config is None:
+                    _check_repository(self._workspace)
+                    self._config = _neutralising_environment(self._workspace)
+                environment, present = self._config
+                refused = [key for key, name in _REFUSED_KEYS.items() if name == tool_name and key in present]
+                if refused:
+                    raise ToolInputError(
+                        f"{tool_name} is unavailable: the repository's configuration sets {refused[0]}")
+                yield _Git(self._workspace, environment)
+            finally:
+                if tool_name == "git_checkout":
+                    self._config = None
+
+
+class _Git:
+    """Runs contained git commands in one workspace for one tool call, with
+    the repository's dangerous configuration overridden by `environment`."""
+
+    def __init__(self, workspace: Workspace, environment: dict[str, str]) -> None:
+        self._workspace = workspace
+        self._environment = environment
 
     def run(self, *args: str, hint: str = "", check: bool = True) -> str:
         """git's output as text, capped; ToolInputError when git fails (or ""
@@ -268,40 +299,41 @@ class _Git:
     def is_shallow(self) -> bool:
         return self.run("rev-parse", "--is-shallow-repository").strip() == "true"
 
-    def _check_repository(self) -> None:
-        # A `.git` that is a symlink (or gitfile) out of the workspace would let
-        # git read another repository on the host.
-        if self._workspace.resolve(".git") != ".git":
-            raise ToolInputError("the workspace's .git is not inside the workspace")
+def _check_repository(workspace: Workspace) -> None:
+    # A `.git` that is a symlink (or gitfile) out of the workspace would let
+    # git read another repository on the host.
+    if workspace.resolve(".git") != ".git":
+        raise ToolInputError("the workspace's .git is not inside the workspace")
 
-    def _neutralising_environment(self) -> tuple[dict[str, str], set[str]]:
-        """GIT_CONFIG_* variables overriding every dangerous key the repository's
-        configuration sets, and the set of keys it sets.
 
-        Environment pairs, unlike `-c key=value`, keep a driver name containing
-        '=' or spaces intact, so no key escapes the override.
-        """
-        listing = self._workspace.run(
-            Command(
-                argv=(*_GIT_PREFIX, *_config_args(), "config", "--list", "--name-only", "--includes", "-z"),
-                timeout_s=GIT_TIMEOUT_S,
-                max_output_bytes=MAX_GIT_OUTPUT_BYTES,
-            )
+def _neutralising_environment(workspace: Workspace) -> tuple[dict[str, str], set[str]]:
+    """GIT_CONFIG_* variables overriding every dangerous key the repository's
+    configuration sets, and the set of keys it sets.
+
+    Environment pairs, unlike `-c key=value`, keep a driver name containing
+    '=' or spaces intact, so no key escapes the override.
+    """
+    listing = workspace.run(
+        Command(
+            argv=(*_GIT_PREFIX, *_config_args(), "config", "--list", "--name-only", "--includes", "-z"),
+            timeout_s=GIT_TIMEOUT_S,
+            max_output_bytes=MAX_GIT_OUTPUT_BYTES,
         )
-        if listing.exit_code != 0 or listing.truncated:
-            raise ToolInputError(f"cannot read the repository's configuration: {_error_line(listing.stderr)}")
-        keys = {key for key in listing.stdout.decode("utf-8", "surrogateescape").split("\x00") if key}
-        overrides = [
-            (key, value)
-            for key in sorted(keys)
-            for pattern, value in _NEUTRALISED_KEYS
-            if pattern.fullmatch(key)
-        ]
-        environment = {"GIT_CONFIG_COUNT": str(len(overrides)), "GIT_ATTR_NOSYSTEM": "1"}
-        for index, (key, value) in enumerate(overrides):
-            environment[f"GIT_CONFIG_KEY_{index}"] = key
-            environment[f"GIT_CONFIG_VALUE_{index}"] = value
-        return environment, keys
+    )
+    if listing.exit_code != 0 or listing.truncated:
+        raise ToolInputError(f"cannot read the repository's configuration: {_error_line(listing.stderr)}")
+    keys = {key for key in listing.stdout.decode("utf-8", "surrogateescape").split("\x00") if key}
+    overrides = [
+        (key, value)
+        for key in sorted(keys)
+        for pattern, value in _NEUTRALISED_KEYS
+        if pattern.fullmatch(key)
+    ]
+    environment = {"GIT_CONFIG_COUNT": str(len(overrides)), "GIT_ATTR_NOSYSTEM": "1"}
+    for index, (key, value) in enumerate(overrides):
+        environment[f"GIT_CONFIG_KEY_{index}"] = key
+        environment[f"GIT_CONFIG_VALUE_{index}"] = value
+    return environment, keys
 
 
 def _config_args() -> list[str]:
