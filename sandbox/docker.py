@@ -147,12 +147,14 @@ class DockerWorkspace(Workspace):
                 self._container.start()
             except engine_errors() as exc:
                 raise SandboxError(f"the sandbox container failed to start: {reason(exc)}") from exc
+            # Before the container counts as started, so that the first tool
+            # call finds a server ready rather than racing to open a second.
+            self._channels.warm()
         except BaseException as exc:  # handed to the thread that next needs the container
             self._start_error = exc
         finally:
             self._started.set()
         if self._start_error is None:
-            self._channels.warm()
             self._reap_stale()
 
     def _reap_stale(self) -> None:
