@@ -10,11 +10,9 @@ from sandbox.local import LocalWorkspace
 from sandbox.docker_container import SANDBOX_UID
 from sandbox.workspace import Command, Entry
 from tests.support.docker_engine import docker_engine, docker_settings, docker_workspace, host_canary  # noqa: F401
+from tests.support.workspaces import make_deep_tree
 
 pytestmark = pytest.mark.docker
-
-# Deeper than Python's default recursion limit (1,000), as os.walk and shutil.rmtree recurse.
-DEEP_TREE_LEVELS = 1_500
 
 
 def _hostile_tree(root, canary):
@@ -195,18 +193,12 @@ def test_handing_the_workspace_over_never_reowns_a_link_target(docker_workspace,
 
 
 def test_a_tree_deeper_than_pythons_recursion_limit_is_handed_over_and_removed(docker_settings):
-    """A hostile repository 1,500 directories deep neither crashes the hand-over nor survives cleanup."""
+    """A hostile repository deeper than Python's recursion limit neither crashes the hand-over nor survives cleanup."""
     from sandbox.docker import DockerWorkspace
 
     workspace = DockerWorkspace.open("repo", docker_settings)
     try:
-        descriptor = os.open(workspace.host_dir, os.O_RDONLY)
-        for _ in range(DEEP_TREE_LEVELS):  # by descriptor: the path outgrows PATH_MAX
-            os.mkdir("d", dir_fd=descriptor)
-            deeper = os.open("d", os.O_RDONLY, dir_fd=descriptor)
-            os.close(descriptor)
-            descriptor = deeper
-        os.close(descriptor)
+        make_deep_tree(workspace.host_dir)
         workspace.after_prepare()
         assert workspace.list_dir(".") == [Entry(path="d", kind="dir", size=0)]
     finally:

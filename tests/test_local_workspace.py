@@ -14,7 +14,7 @@ import pytest
 from dispatcher.errors import ToolInputError, WorkspaceError
 from sandbox.local import DRAIN_S, LocalWorkspace
 from sandbox.workspace import Command, Entry
-from tests.support.workspaces import private_tmpdir, workspace  # noqa: F401
+from tests.support.workspaces import make_deep_tree, private_tmpdir, workspace  # noqa: F401
 
 HOST_SECRETS = {
     "OPENAI_API_KEY": "sk-host-openai-secret",
@@ -57,14 +57,8 @@ def test_close_removes_the_tree_and_is_safe_twice(workspace):
 
 
 def test_a_tree_deeper_than_pythons_recursion_limit_is_removed(workspace):
-    """A hostile repository 1,500 directories deep (shutil.rmtree recurses per level) is still removed."""
-    descriptor = os.open(workspace.host_dir, os.O_RDONLY)
-    for _ in range(1_500):  # by descriptor: the path outgrows PATH_MAX
-        os.mkdir("d", dir_fd=descriptor)
-        deeper = os.open("d", os.O_RDONLY, dir_fd=descriptor)
-        os.close(descriptor)
-        descriptor = deeper
-    os.close(descriptor)
+    """A hostile repository deeper than Python's recursion limit (shutil.rmtree recurses per level) is still removed."""
+    make_deep_tree(workspace.host_dir)
     workspace.close()
     assert not workspace.host_dir.exists()
 

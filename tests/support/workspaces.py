@@ -164,3 +164,21 @@ def _write_tree(root: Path, outside: Path) -> None:
     os.symlink(os.path.relpath(outside / "canary.txt", root), root / "relleak.txt")
     os.symlink(outside, root / "outdir")
     os.symlink(outside / "ignore-rules", root / "nest" / ".gitignore")
+
+
+# Deeper than Python's default recursion limit (1,000): os.walk and shutil.rmtree recurse per level.
+DEEP_TREE_LEVELS = 1_500
+
+
+def make_deep_tree(root: Path, levels: int = DEEP_TREE_LEVELS) -> None:
+    """root/d/d/.../d, `levels` deep, as a hostile repository could hold. Made
+    by descriptor: the path soon outgrows PATH_MAX."""
+    descriptor = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(levels):
+            os.mkdir("d", dir_fd=descriptor)
+            deeper = os.open("d", os.O_RDONLY, dir_fd=descriptor)
+            os.close(descriptor)
+            descriptor = deeper
+    finally:
+        os.close(descriptor)
