@@ -64,7 +64,8 @@ from sandbox.workspace import (
 )
 
 MAX_STDERR_BYTES = 64_000
-# A walk of a huge tree stops listing here (about a million entries).
+# A listing of names longer than this is refused rather than shown in part
+# (MAX_WALK_ENTRIES usually stops a walk first: this is for long paths).
 MAX_LISTING_BYTES = 64_000_000
 # `timeout -s KILL` ends a command this way; with the elapsed time it means "timed out".
 KILLED_EXIT_CODE = 137
@@ -180,8 +181,11 @@ class DockerWorkspace(Workspace):
                                   max_stdout_bytes=max_stdout_bytes, max_stderr_bytes=MAX_STDERR_BYTES,
                                   want_exit_code=want_exit_code)
 
-    def _helper(self, op: str, *args: str, max_stdout_bytes: int = 1_000_000) -> tuple[int | None, bytes]:
-        """Run one helper operation; (status code, None) or (None, payload)."""
+    def _helper(self, op: str, *args: str, max_stdout_bytes: int = 1_000_000,
+                listing: bool = False) -> tuple[int | None, bytes]:
+        """Run one helper operation; (status code, None) or (None, payload).
+        A `listing` cut short by `max_stdout_bytes` is refused, not returned
+        in part as if it were whole."""
         limit_s = self._settings.exec_timeout_s
         argv = ["timeout", "-s", "KILL", str(limit_s), *helper.argv(op, *args)]
         # The reply says how it went; the exit code is not worth another API call.
@@ -190,6 +194,9 @@ class DockerWorkspace(Workspace):
         if outcome.deadline_passed or outcome.elapsed_s >= limit_s:
             # Killed part-way by `timeout`: whatever arrived is incomplete.
             raise SandboxError(f"the sandbox's {op} command timed out after {limit_s} s")
+        if listing and outcome.stdout_overflowed:
+            raise ToolInputError(f"{args[0]!r} holds more than can be listed at once (over "
+                                 f"{max_stdout_bytes:,} bytes of names); look in a subdirectory")
         try:
             return helper.split_reply(outcome.stdout)
         except ValueError:
@@ -217,14 +224,15 @@ class DockerWorkspace(Workspace):
         return ReadResult(data=data, size=int(size), truncated=offset + len(data) < int(size))
 
     def list_dir(self, path: str = ".") -> list[Entry]:
-        code, payload = self._helper("list", check_path_syntax(path), max_stdout_bytes=MAX_LISTING_BYTES)
+        code, payload = self._helper("list", check_path_syntax(path), max_stdout_bytes=MAX_LISTING_BYTES,
+                                     listing=True)
         if code is not None:
             raise _refusal(code, path, "list")
         return sorted(_entries(payload), key=lambda entry: entry.path)
 
     def walk(self, path: str = ".") -> Iterator[Entry]:
         code, payload = self._helper("walk", check_path_syntax(path), str(MAX_WALK_ENTRIES + 1),
-                                     max_stdout_bytes=MAX_LISTING_BYTES)
+                                     max_stdout_bytes=MAX_LISTING_BYTES, listing=True)
         if code is not None:
             raise _refusal(code, path, "walk")
         yield from _depth_first(payload)
@@ -243,7 +251,7 @@ class DockerWorkspace(Workspace):
         give_up = time.monotonic() + self._settings.exec_timeout_s
         with self._channels.exec_slot(give_up) as has_slot, translated(f"write {path!r} into the sandbox container"):
             if not has_slot:
-                raise SandboxError(f"writing {path!r} into the sandbox container timed out")
+                raise ToolInputError(f"cannot save {path!r} now: the sandbox is busy with other calls; call again")
             self._running().put_archive(directory, archive.getvalue())
         return helper.relative(payload)
 

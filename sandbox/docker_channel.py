@@ -49,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from dispatcher.errors import SandboxError
+from dispatcher.errors import SandboxError, ToolInputError
 from sandbox.docker_engine import translated
 from sandbox.docker_exec import ExecOutcome, FrameReader, exec_argv, start_exec
 from sandbox.workspace import CappedBuffer
@@ -393,11 +393,15 @@ class ChannelPool:
                 else:
                     self._give_back(channel)
                 return outcome
-        with self.exec_slot(give_up) as has_slot:
-            left = give_up - time.monotonic()
-            if not has_slot or left <= 0:
-                return ExecOutcome(exit_code=None, stdout=b"", stderr=b"", stdout_overflowed=False,
-                                   deadline_passed=True, elapsed_s=deadline_s)
+        left = give_up - time.monotonic()
+        if left <= 0:
+            return ExecOutcome(exit_code=None, stdout=b"", stderr=b"", stdout_overflowed=False,
+                               deadline_passed=True, elapsed_s=deadline_s)
+        # Waiting for a slot does not eat into the command's time: its own
+        # `timeout` only starts with it.
+        with self.exec_slot(time.monotonic() + deadline_s) as has_slot:
+            if not has_slot:
+                raise ToolInputError("the sandbox is busy with other calls; call again")
             return exec_argv(self._api, self._container_id(), killing_leftovers(argv), user=self._user,
                              workdir="/", environment=environment, deadline_s=left,
                              max_stdout_bytes=max_stdout_bytes, max_stderr_bytes=max_stderr_bytes,

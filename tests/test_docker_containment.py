@@ -216,3 +216,17 @@ def test_a_walk_of_a_huge_tree_stops_after_its_cap(docker_workspace, monkeypatch
         (docker_workspace.host_dir / f"file-{number:02d}").write_text("x")
     docker_workspace.after_prepare()
     assert len(list(docker_workspace.walk("."))) == 10
+
+
+def test_a_listing_too_long_to_fetch_whole_is_refused_not_cut(docker_workspace, monkeypatch):
+    """When the names below a directory exceed the listing cap (lowered here), walk and list_dir say so
+    instead of returning part of it as if it were all."""
+    import sandbox.docker
+
+    monkeypatch.setattr(sandbox.docker, "MAX_LISTING_BYTES", 400)
+    for number in range(40):
+        (docker_workspace.host_dir / f"a-rather-long-file-name-{number:02d}").write_text("x")
+    docker_workspace.after_prepare()
+    for call in (lambda: list(docker_workspace.walk(".")), lambda: docker_workspace.list_dir(".")):
+        with pytest.raises(ToolInputError, match=r"'\.' holds more than can be listed at once"):
+            call()

@@ -305,6 +305,26 @@ def test_find_braces_nest_and_a_pattern_that_multiplies_is_refused(project):
         f"Error: pattern {'{a,b}' * 6!r} expands to more than 32 alternatives; use fewer braces"
 
 
+def test_find_glob_details_work_as_in_a_shell(project):
+    """A pattern with '/' matches whole paths in every brace alternative; '[^...]' and '[!...]' negate only
+    at the start of a class; '**/**' is '**'."""
+    assert project.call("find", pattern="{src/*.py,notes.md}") == "notes.md\nsrc/app.py"
+    assert project.call("find", pattern="{src/util/*.py,plain.txt}") == "src/util/helpers.py"
+    assert project.call("find", pattern="[^a-m]*.md") == "notes.md"
+    assert project.call("find", pattern="[!a-m]*.md") == "notes.md"
+    assert project.call("find", pattern="**/" * 300 + "helpers.py") == "src/util/helpers.py"
+
+
+def test_find_stops_at_its_time_budget_and_says_so(project, monkeypatch):
+    """However slow a pattern is to match, find answers within its time budget and says where it stopped
+    (the budget is lowered to nothing here)."""
+    from modes.tools import files
+
+    monkeypatch.setattr(files, "FIND_TIME_BUDGET_S", 0.0)
+    assert project.call("find", pattern="*.py") == \
+        "No paths match '*.py' in the first 0 s (0 entries) of .; search a subdirectory or simplify the pattern."
+
+
 def test_file_names_that_are_not_utf8_reach_the_model_as_escapes(contained_project):
     """A name that is not UTF-8 is shown with \\x escapes, so the next model request can still be encoded
     (a lone surrogate ended the run)."""
@@ -314,7 +334,7 @@ def test_file_names_that_are_not_utf8_reach_the_model_as_escapes(contained_proje
     found = contained_project.call("find", pattern="caf*")
     assert "caf\\xe9.txt  (0 bytes)" in listing.splitlines()
     assert found == "caf\\xe9.txt"
-    json.dumps(listing + found).encode("utf-8")  # what the model request does with them
+    json.dumps(listing + found, ensure_ascii=False).encode("utf-8")  # what a model request does with them
 
 
 # -- containment: hostile calls ----------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import re
+import time
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
@@ -42,6 +43,8 @@ MAX_LS_LIMIT = 5_000
 DEFAULT_FIND_LIMIT = 1_000
 MAX_FIND_LIMIT = 10_000
 MAX_FIND_SCANNED_ENTRIES = MAX_WALK_ENTRIES  # a walk stops here, so find ends on any tree
+# Matching is linear, but a hostile pattern over a deep tree still adds up: find answers by then.
+FIND_TIME_BUDGET_S = 20.0
 MAX_PATTERN_CHARS = 1_000
 
 # Room kept under a byte cap for the note that ends a cut output.
@@ -160,8 +163,8 @@ def file_tools(workspace: Workspace, sources: Sources) -> list[Tool]:
 
         A pattern without '/' matches names at any depth; a pattern with '/'
         matches the whole path below `path`. '*' and '?' stay within one
-        directory, '**' spans directories, '[abc]' and '{a,b}' work as in a
-        shell. Prints sorted workspace-relative paths, directories ending with
+        directory, a '**' path component spans directories, '[abc]' and
+        '{a,b}' work as in a shell. Prints sorted workspace-relative paths, directories ending with
         '/', at most `limit` (default 1000). Skips .git; never follows symlinks.
         """
         if limit < 1:
@@ -170,25 +173,29 @@ def file_tools(workspace: Workspace, sources: Sources) -> list[Tool]:
         matches = _glob_matcher(pattern)
         canonical = workspace.resolve(path)
         prefix = "" if canonical == "." else canonical + "/"
-        found, scanned_all = [], True
+        found, stopped = [], None
+        give_up = time.monotonic() + FIND_TIME_BUDGET_S
         for scanned, entry in enumerate(workspace.walk(canonical)):
             if scanned == MAX_FIND_SCANNED_ENTRIES:
-                scanned_all = False
+                stopped = f"{MAX_FIND_SCANNED_ENTRIES:,} entries"
+                break
+            if time.monotonic() > give_up:
+                stopped = f"{FIND_TIME_BUDGET_S:g} s ({scanned:,} entries)"
                 break
             if matches(entry.path.removeprefix(prefix)):
                 found.append(entry.path + ("/" if entry.kind == "dir" else ""))
         if not found:
-            if not scanned_all:
-                return (f"No paths match {pattern!r} in the first {MAX_FIND_SCANNED_ENTRIES:,} entries "
-                        f"of {canonical}; search a subdirectory.")
+            if stopped:
+                return (f"No paths match {pattern!r} in the first {stopped} of {canonical}; "
+                        "search a subdirectory or simplify the pattern.")
             return f"No paths match {pattern!r} in {canonical}."
         found.sort()
         lines = found[:limit]
         if len(found) > limit:
             lines.append(f"[{len(found) - limit} more paths not shown; narrow the pattern or raise limit "
                          f"(max {MAX_FIND_LIMIT})]")
-        if not scanned_all:
-            lines.append(f"[stopped after {MAX_FIND_SCANNED_ENTRIES:,} entries; search a subdirectory for the rest]")
+        if stopped:
+            lines.append(f"[stopped after {stopped}; search a subdirectory for the rest]")
         return "\n".join(lines)
 
     return [read, grep, ls, find]

@@ -24,6 +24,10 @@ from dispatcher.errors import ToolInputError
 # "{a,b}{c,d}..." multiplies, and every alternative is tried on every path
 # of a walk (up to 500,000): refuse rather than build hundreds of patterns.
 MAX_BRACE_EXPANSIONS = 32
+# A match costs (pattern components x path components) steps at worst; these
+# keep that small for any path a walk can meet.
+MAX_PATTERN_COMPONENTS = 32
+MAX_GLOBSTARS = 4
 _GLOBSTAR = "**"
 
 Matcher = Callable[[str], bool]
@@ -37,7 +41,9 @@ def glob_matcher(pattern: str) -> Matcher:
     while cleaned.startswith("./"):
         cleaned = cleaned[2:]
     cleaned = cleaned.strip("/") or "*"
-    alternatives = [_compile(expanded) for expanded in expand_braces(cleaned)]
+    # Whether it matches whole paths is the pattern's, not each alternative's.
+    whole_path = "/" in cleaned
+    alternatives = [_compile(expanded, whole_path) for expanded in expand_braces(cleaned)]
     return lambda relative: any(matches(relative) for matches in alternatives)
 
 
@@ -61,29 +67,35 @@ def expand_braces(pattern: str) -> list[str]:
 
 def _first_group(pattern: str) -> tuple[int, int, list[str]] | None:
     """(index of '{', index of its '}', the comma-separated choices) of the
-    first brace group that has a top-level comma, or None."""
-    for start, char in enumerate(pattern):
-        if char != "{":
-            continue
-        depth, commas = 0, []
-        for index in range(start, len(pattern)):
-            if pattern[index] == "{":
-                depth += 1
-            elif pattern[index] == "}":
-                depth -= 1
-                if depth == 0:
-                    if commas:
-                        bounds = [start, *commas, index]
-                        return start, index, [pattern[a + 1:b] for a, b in zip(bounds, bounds[1:])]
-                    break
-            elif pattern[index] == "," and depth == 1:
-                commas.append(index)
-    return None
+    first brace group that has a top-level comma, or None. One pass: each
+    '{' waits on a stack for its '}', with the commas met at its own level."""
+    stack: list[tuple[int, list[int]]] = []
+    found = None
+    for index, char in enumerate(pattern):
+        if char == "{":
+            stack.append((index, []))
+        elif char == "," and stack:
+            stack[-1][1].append(index)
+        elif char == "}" and stack:
+            start, commas = stack.pop()
+            if commas and (found is None or start < found[0]):
+                found = (start, index, commas)
+    if found is None:
+        return None
+    start, end, commas = found
+    bounds = [start, *commas, end]
+    return start, end, [pattern[a + 1:b] for a, b in zip(bounds, bounds[1:])]
 
 
-def _compile(pattern: str) -> Matcher:
+def _compile(pattern: str, whole_path: bool) -> Matcher:
     parts = [part for part in pattern.split("/") if part]
-    if len(parts) == 1:
+    # '**/**' means what '**' means, and costs more.
+    parts = [part for index, part in enumerate(parts)
+             if not (part == _GLOBSTAR and index and parts[index - 1] == _GLOBSTAR)] or ["*"]
+    if len(parts) > MAX_PATTERN_COMPONENTS or parts.count(_GLOBSTAR) > MAX_GLOBSTARS:
+        raise ToolInputError(f"pattern {pattern!r} has more than {MAX_PATTERN_COMPONENTS} components or "
+                             f"{MAX_GLOBSTARS} '**'; use a shorter pattern")
+    if not whole_path:
         component = _component(parts[0])
         return lambda relative: component(relative.rsplit("/", 1)[-1])
     compiled = [None if part == _GLOBSTAR else _component(part) for part in parts]
@@ -91,12 +103,27 @@ def _compile(pattern: str) -> Matcher:
 
 
 def _component(part: str) -> Callable[[str], bool]:
-    # fnmatch negates with '!'; a shell also takes '^'.
-    translated = fnmatch.translate(part.replace("[^", "[!"))
     try:
-        return re.compile(translated).match
+        return re.compile(fnmatch.translate(_shell_negation(part))).match
     except re.error as exc:
         raise ToolInputError(f"pattern component {part!r} is not a glob this tool understands ({exc.msg})") from None
+
+
+def _shell_negation(part: str) -> str:
+    """A shell's '[^...]' as fnmatch's '[!...]'; a '^' elsewhere stays itself."""
+    out, index = [], 0
+    while index < len(part):
+        char = part[index]
+        if char == "[":
+            end = part.find("]", index + 2)  # a ']' right after '[' (or '[^') is a member
+            if end != -1:
+                body = part[index + 1:end]
+                out.append("[" + ("!" + body[1:] if body.startswith("^") else body) + "]")
+                index = end + 1
+                continue
+        out.append(char)
+        index += 1
+    return "".join(out)
 
 
 def _match_components(parts: list[Callable[[str], bool] | None], names: list[str]) -> bool:
