@@ -74,7 +74,7 @@ _KINDS = {b"f": "file", b"d": "dir", b"l": "symlink"}
 
 class DockerWorkspace(Workspace):
     def __init__(self, mode: str, host_dir: Path, *, settings, client, image: str, identity: RunIdentity,
-                 bind_mount: bool, uid: int, gid: int, docker_host: str | None) -> None:
+                 bind_mount: bool, uid: int, gid: int, docker_host: str | None, over_ssh_engine: bool) -> None:
         self.mode = mode
         self.host_dir = host_dir
         self._settings = settings
@@ -96,7 +96,7 @@ class DockerWorkspace(Workspace):
         # Only used once the container has started (after _running() or in _start).
         self._channels = ChannelPool(client.api, lambda: self._container.id, user=f"{uid}:{gid}",
                                      environment=container_environment(),
-                                     **(SSH_CHANNEL_LIMITS if over_ssh({"DOCKER_HOST": docker_host or ""}) else {}))
+                                     **(SSH_CHANNEL_LIMITS if over_ssh_engine else {}))
         self._starter = threading.Thread(target=self._start, name=f"start {identity.container_name}", daemon=True)
 
     @classmethod
@@ -123,7 +123,7 @@ class DockerWorkspace(Workspace):
             os.chmod(host_dir, 0o770)
         workspace = cls(mode, host_dir, settings=settings, client=client, image=image,
                         identity=RunIdentity.current(mode), bind_mount=bind_mount, uid=uid, gid=gid,
-                        docker_host=environ.get("DOCKER_HOST"))
+                        docker_host=environ.get("DOCKER_HOST"), over_ssh_engine=over_ssh(environ))
         try:
             workspace._starter.start()
         except BaseException:
