@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'research COMMAND --help' for a command's options. "
         "Configuration: 'research config path'.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="show the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     common = argparse.ArgumentParser(add_help=False)
@@ -268,6 +268,15 @@ def _exit_now(code: int) -> int:
 
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+class _VersionAction(argparse.Action):
+    """--version, looking the version up only when asked: importlib.metadata
+    costs about 40 ms, a quarter of `research --help`."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
 
 
 def _version() -> str:

@@ -392,14 +392,24 @@ def test_research_help_lists_the_commands():
 
 
 def test_help_does_not_import_litellm():
-    """`research --help` stays instant: litellm is never imported for it."""
+    """`research --help` stays instant: litellm, trafilatura, docker and importlib.metadata are never
+    imported for it."""
     probe = (
         "import sys\nfrom dispatcher.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print('litellm' in sys.modules, 'trafilatura' in sys.modules, 'docker' in sys.modules)"
+        "print(*(name in sys.modules for name in ('litellm', 'trafilatura', 'docker', 'importlib.metadata')))"
     )
-    out = subprocess.run([os.sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "False False False"
+    out = subprocess.run([os.sys.executable, "-S", "-c", probe], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(os.sys.path)}).stdout
+    assert out.strip().splitlines()[-1] == "False False False False"
+
+
+def test_version_names_the_installed_version():
+    """`research --version` prints the version the package was installed as."""
+    from importlib.metadata import version
+
+    result = research("--version")
+    assert (result.exit_code, result.stdout) == (0, f"research {version('research')}\n")
 
 
 # -- the Docker sandbox under signals ------------------------------------------------------------
