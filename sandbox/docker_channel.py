@@ -341,8 +341,9 @@ class ChannelPool:
     """Command servers for one container, lent one call at a time.
 
     A call takes an idle server, or opens one while fewer than `max_channels`
-    (MAX_CHANNELS unless the engine is reached over SSH) exist, or else runs as a plain exec; so parallel tool calls never queue
-    behind each other, and a workspace whose servers cannot start still works.
+    (MAX_CHANNELS unless the engine is reached over SSH) exist, or else runs as
+    a plain exec; so parallel tool calls never queue behind each other, and a
+    workspace whose servers cannot start still works.
     """
 
     def __init__(self, api, container_id: Callable[[], str], *, user: str,

@@ -180,7 +180,6 @@ class FrameReader:
         self._buffer = data[limit:]
         return data[:limit]
 
-
     def _receive(self) -> bytes:
         """What has arrived, without waiting for more than one receive."""
         read1 = getattr(self._reader, "read1", None)

@@ -24,6 +24,7 @@ from sandbox.local import LocalWorkspace
 from tests.support.docker_engine import docker_engine, docker_settings, sandbox  # noqa: F401
 from tests.support.workspaces import (  # noqa: F401
     BIG_FILE_LINES,
+    backend_workspace,
     contained_project,
     private_tmpdir,
     project,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import attrs
@@ -18,6 +17,7 @@ from sandbox.local import LocalWorkspace
 from sandbox.workspace import Command, Workspace
 from tests.support.docker_engine import docker_engine, docker_settings, sandbox  # noqa: F401
 from tests.support.git_repos import TEST_BLOB_LIMIT, git, source_repo  # noqa: F401
+from tests.support.workspaces import backend_workspace, private_tmpdir  # noqa: F401
 
 CANARY = "CANARY-outside-7f3a9c"
 
@@ -204,32 +204,21 @@ class Contained:
 
 
 @pytest.fixture
-def contained(request, tmp_path, source_repo, outside, sandbox, monkeypatch):
-    from config.schema import SandboxSettings
-    from sandbox import open_workspace as open_backend
-
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    monkeypatch.setenv("TMPDIR", str(tmpdir))
-    monkeypatch.setattr(tempfile, "tempdir", None)
-    settings = request.getfixturevalue("docker_settings") if sandbox == "docker" else SandboxSettings()
-    workspace = open_backend("repo", settings)
-    try:
-        clone_repository(str(source_repo.path), workspace.host_dir, full=True)
-        os.symlink(outside / "canary.txt", workspace.host_dir / "escape.txt")
-        os.symlink(outside, workspace.host_dir / "escape-dir")
-        os.symlink("/etc/passwd", workspace.host_dir / "passwd-link")
-        if sandbox == "docker":
-            planted, seen_as = workspace.host_dir / ".hostile", "/workspace/.hostile"
-        else:
-            planted = outside / "hostile"
-            seen_as = str(planted)
-        planted.mkdir()
-        planted.chmod(0o777)  # the sandbox user's git must be able to leave its marker
-        workspace.after_prepare()
-        yield Contained(workspace, {t.name: t for t in git_tools(workspace)}, planted, seen_as)
-    finally:
-        workspace.close()
+def contained(backend_workspace, source_repo, outside, sandbox) -> Contained:
+    workspace = backend_workspace
+    clone_repository(str(source_repo.path), workspace.host_dir, full=True)
+    os.symlink(outside / "canary.txt", workspace.host_dir / "escape.txt")
+    os.symlink(outside, workspace.host_dir / "escape-dir")
+    os.symlink("/etc/passwd", workspace.host_dir / "passwd-link")
+    if sandbox == "docker":
+        planted, seen_as = workspace.host_dir / ".hostile", "/workspace/.hostile"
+    else:
+        planted = outside / "hostile"
+        seen_as = str(planted)
+    planted.mkdir()
+    planted.chmod(0o777)  # the sandbox user's git must be able to leave its marker
+    workspace.after_prepare()
+    return Contained(workspace, {t.name: t for t in git_tools(workspace)}, planted, seen_as)
 
 
 def _planted_anywhere(workspace: Workspace) -> str:
@@ -366,29 +355,18 @@ def test_hostile_repository_config_cannot_run_programs(contained, hostile_config
     assert hostile_config.exists()
 
 
-def test_hostile_remote_url_is_never_contacted(tmp_path, source_repo, outside, sandbox, request, monkeypatch):
+def test_hostile_remote_url_is_never_contacted(backend_workspace, source_repo, outside, sandbox):
     """A partial clone whose remote became an ext:: command does not run it to fetch missing blobs."""
-    from config.schema import SandboxSettings
-    from sandbox import open_workspace as open_backend
-
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr(tempfile, "tempdir", None)
-    settings = request.getfixturevalue("docker_settings") if sandbox == "docker" else SandboxSettings()
-    workspace = open_backend("repo", settings)
+    workspace = backend_workspace
     marker = (workspace.host_dir / "ext-ran") if sandbox == "docker" else (outside / "ext-ran")
     seen_as = "/workspace/ext-ran" if sandbox == "docker" else str(marker)
-    try:
-        clone_repository(str(source_repo.path), workspace.host_dir, full=True, ref="feature",
-                         blob_limit=TEST_BLOB_LIMIT)
-        with (workspace.host_dir / ".git" / "config").open("a") as config:
-            config.write(f"[protocol]\n\tallow = always\n[remote \"origin\"]\n\turl = ext::sh -c 'touch {seen_as}'\n")
-        workspace.after_prepare()
-        tools = {t.name: t for t in git_tools(workspace)}
-        assert call(tools, "git_checkout", ref="main").startswith("Error:")
-        assert call(tools, "git_show", ref="main:big.bin").startswith("Error:")
-        assert not marker.exists()
-    finally:
-        workspace.close()
+    clone_repository(str(source_repo.path), workspace.host_dir, full=True, ref="feature", blob_limit=TEST_BLOB_LIMIT)
+    with (workspace.host_dir / ".git" / "config").open("a") as config:
+        config.write(f"[protocol]\n\tallow = always\n[remote \"origin\"]\n\turl = ext::sh -c 'touch {seen_as}'\n")
+    workspace.after_prepare()
+    tools = {t.name: t for t in git_tools(workspace)}
+    assert call(tools, "git_checkout", ref="main").startswith("Error:")
+    assert call(tools, "git_show", ref="main:big.bin").startswith("Error:")
     assert not marker.exists()
 
 

@@ -133,13 +133,12 @@ def sendable(text: str) -> str:
     end the run."""
     try:
         text.encode("utf-8")
-        return text
     except UnicodeEncodeError:
-        pass
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:  # a surrogate no file name decodes to
-        return text.encode("utf-8", "replace").decode("utf-8")
+        try:
+            return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a surrogate no file name decodes to
+            return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def tool(function: Callable[..., str] | None = None, *, name: str | None = None):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import codecs
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Annotated
 
 from dispatcher.errors import ToolInputError
@@ -164,13 +164,15 @@ def file_tools(workspace: Workspace, sources: Sources) -> list[Tool]:
         A pattern without '/' matches names at any depth; a pattern with '/'
         matches the whole path below `path`. '*' and '?' stay within one
         directory, a '**' path component spans directories, '[abc]' and
-        '{a,b}' work as in a shell. Prints sorted workspace-relative paths, directories ending with
-        '/', at most `limit` (default 1000). Skips .git; never follows symlinks.
+        '{a,b}' work as in a shell. Prints sorted workspace-relative paths,
+        directories ending with '/', at most `limit` (default 1000). Skips
+        .git; never follows symlinks.
         """
         if limit < 1:
             raise ToolInputError("limit must be at least 1")
         limit = min(limit, MAX_FIND_LIMIT)
-        matches = _glob_matcher(pattern)
+        _check_argument("pattern", pattern)
+        matches = glob_matcher(pattern)
         canonical = workspace.resolve(path)
         prefix = "" if canonical == "." else canonical + "/"
         found, stopped = [], None
@@ -375,8 +377,3 @@ def _describe(name: str, kind: str, size: int) -> str:
     if kind == "file":
         return f"{name}  ({size:,} bytes)"
     return f"{name}  (special file)"
-
-
-def _glob_matcher(pattern: str) -> Callable[[str], bool]:
-    _check_argument("pattern", pattern)
-    return glob_matcher(pattern)

@@ -103,18 +103,23 @@ def project(tmp_path, private_tmpdir, workspace) -> Project:
 
 
 @pytest.fixture
-def contained_project(request, tmp_path, private_tmpdir, sandbox) -> Iterator[Project]:
-    """The project tree above in a workspace of each backend (`sandbox`): the
-    containment tests must hold wherever the tools run."""
+def backend_workspace(request, private_tmpdir, sandbox) -> Iterator[Workspace]:
+    """An empty repo-mode workspace of each backend (the `sandbox` parameter),
+    under the test's private $TMPDIR, not yet prepared; closed after the test."""
     from config.schema import SandboxSettings
     from sandbox import open_workspace
 
     settings = request.getfixturevalue("docker_settings") if sandbox == "docker" else SandboxSettings()
     opened = open_workspace("repo", settings)
-    try:
-        yield _project(opened, tmp_path)
-    finally:
-        opened.close()
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def contained_project(tmp_path, backend_workspace) -> Project:
+    """The project tree above in a workspace of each backend: the containment
+    tests must hold wherever the tools run."""
+    return _project(backend_workspace, tmp_path)
 
 
 def _project(workspace: Workspace, tmp_path: Path) -> Project:
